@@ -1,0 +1,65 @@
+/**
+ * The registry of formats. This list is the only place that names them; everything else in the
+ * CLI and the `convert()` API works through the `TensorFormat` interface.
+ */
+import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat } from "@st-convert/core";
+
+/** Every format st-convert reads and writes, in the order `--help` lists them. */
+export const FORMATS: readonly TensorFormat[] = [safetensorsFormat];
+
+/** The format called `name` (as in `--from`/`--to`), case-insensitive. */
+export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {
+  const found = formats.find((f) => f.name.toLowerCase() === name.toLowerCase());
+  if (found === undefined) {
+    throw new StConvertError("UnknownFormat", `unknown format ${JSON.stringify(name)}; known formats: ${formats.map((f) => f.name).join(", ")}`);
+  }
+  return found;
+}
+
+/** The format whose extension `path` ends with, if any. */
+export function formatByExtension(path: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat | undefined {
+  const lower = path.toLowerCase();
+  let best: TensorFormat | undefined;
+  let bestLength = 0;
+  for (const format of formats) {
+    for (const ext of format.extensions) {
+      if (lower.endsWith(ext) && ext.length > bestLength) {
+        best = format;
+        bestLength = ext.length;
+      }
+    }
+  }
+  return best;
+}
+
+/** Bytes read to recognise a file by its content. */
+const SNIFF_BYTES = 64;
+
+/**
+ * The format of an input: `--from` if given, else its extension, else its first bytes.
+ * @throws StConvertError `InvalidArgument` when none of these tells.
+ */
+export async function detectInputFormat(source: ByteSource, from?: string, formats: readonly TensorFormat[] = FORMATS): Promise<TensorFormat> {
+  if (from !== undefined) return formatByName(from, formats);
+  const byExtension = source.name === undefined ? undefined : formatByExtension(source.name, formats);
+  if (byExtension !== undefined) return byExtension;
+  const head = await source.read(0, Math.min(SNIFF_BYTES, source.size));
+  const sniffed = formats.find((f) => f.sniff?.(head) === true);
+  if (sniffed !== undefined) return sniffed;
+  throw new StConvertError("UnknownFormat", `cannot tell the format from the name or the content; pass --from (${formats.map((f) => f.name).join(", ")})`, {
+    file: source.name,
+  });
+}
+
+/**
+ * The format of an output: `--to` if given, else its extension.
+ * @throws StConvertError `InvalidArgument` when neither tells.
+ */
+export function detectOutputFormat(path: string, to?: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {
+  if (to !== undefined) return formatByName(to, formats);
+  const byExtension = formatByExtension(path, formats);
+  if (byExtension !== undefined) return byExtension;
+  throw new StConvertError("UnknownFormat", `cannot tell the output format from the file name; pass --to (${formats.map((f) => f.name).join(", ")})`, {
+    file: path,
+  });
+}

@@ -1,0 +1,161 @@
+/**
+ * Bytes in and out. Readers and writers see only these two interfaces, so they run wherever a
+ * `Uint8Array`, a `Blob` or a file descriptor can serve ranges (the Node file implementations
+ * live in the `@st-convert/core/node` entry point).
+ */
+import { StConvertError } from "./StConvertError.js";
+
+/** Random-access bytes: a file, an in-memory array, a Blob, later an HTTP resource. */
+export interface ByteSource {
+  /** Total length in bytes. */
+  readonly size: number;
+  /** A label for messages, such as the file path. */
+  readonly name?: string;
+  /**
+   * Exactly `length` bytes from `offset`. The result may be a view of memory the source owns
+   * (do not write to it) but stays valid after later reads.
+   * @throws StConvertError `UnexpectedEof` when the range ends past `size`.
+   */
+  read(offset: number, length: number): Promise<Uint8Array>;
+}
+
+/** Sequential output. A writer calls `write`; whoever opened the sink calls `close` or `abort`. */
+export interface ByteSink {
+  /** A label for messages, such as the target path. */
+  readonly name?: string;
+  /** Appends `chunk`. The sink does not keep a reference after the promise settles. */
+  write(chunk: Uint8Array): Promise<void>;
+  /** Everything was written: make it visible (a file sink renames its temporary file into place). */
+  close(): Promise<void>;
+  /** Something failed: leave nothing behind. Safe to call more than once, and after `close` failed. */
+  abort(): Promise<void>;
+}
+
+/**
+ * Chunk size for streaming copies: large enough that per-call overhead vanishes, small enough to
+ * stay in cache-friendly territory. Measured on Node 20: 1–8 MiB buffers copy at `cp` speed,
+ * 64 KiB ones at a fifth of it.
+ */
+export const DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024;
+
+/** Checks a requested range against a source's size. */
+export function checkRange(source: Pick<ByteSource, "size" | "name">, offset: number, length: number): void {
+  if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0) {
+    throw new StConvertError("InvalidArgument", `invalid byte range: offset ${offset}, length ${length}`, {
+      file: source.name,
+    });
+  }
+  if (offset + length > source.size) {
+    throw new StConvertError(
+      "UnexpectedEof",
+      `unexpected end of data: needs bytes ${offset}..${offset + length} but the source holds ${source.size}`,
+      { file: source.name },
+    );
+  }
+}
+
+/** A source over bytes already in memory; reads are zero-copy views. */
+export function bytesSource(bytes: Uint8Array | ArrayBuffer, name?: string): ByteSource {
+  const view = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+  const source = {
+    size: view.byteLength,
+    name,
+    async read(offset: number, length: number): Promise<Uint8Array> {
+      checkRange(source, offset, length);
+      return view.subarray(offset, offset + length);
+    },
+  };
+  return source;
+}
+
+/** A source over a `Blob` or `File` (browsers, `fetch` responses, Node's `Blob`). */
+export function blobSource(blob: Blob, name?: string): ByteSource {
+  const source = {
+    size: blob.size,
+    name,
+    async read(offset: number, length: number): Promise<Uint8Array> {
+      checkRange(source, offset, length);
+      const bytes = new Uint8Array(await blob.slice(offset, offset + length).arrayBuffer());
+      if (bytes.byteLength !== length) {
+        throw new StConvertError("UnexpectedEof", `blob returned ${bytes.byteLength} of ${length} bytes`, { file: name });
+      }
+      return bytes;
+    },
+  };
+  return source;
+}
+
+/** Anything the entry points accept as input: the one byte gate. */
+export type ByteInput = Uint8Array | ArrayBuffer | ByteSource;
+
+/** Normalizes a {@link ByteInput} to a {@link ByteSource}. */
+export function toByteSource(input: ByteInput, name?: string): ByteSource {
+  if (input instanceof Uint8Array || input instanceof ArrayBuffer) return bytesSource(input, name);
+  return input;
+}
+
+/**
+ * Reads `[offset, offset + length)` of a source in chunks of at most `chunkSize` bytes. Each chunk
+ * is requested only when the consumer asks for it.
+ */
+export async function* readRange(
+  source: ByteSource,
+  offset: number,
+  length: number,
+  chunkSize = DEFAULT_CHUNK_SIZE,
+): AsyncGenerator<Uint8Array> {
+  checkRange(source, offset, length);
+  const end = offset + length;
+  for (let at = offset; at < end; at += chunkSize) {
+    yield await source.read(at, Math.min(chunkSize, end - at));
+  }
+}
+
+/**
+ * A sink that keeps everything in memory; for tests, small files and browsers.
+ * `bytes()` concatenates what was written (at most 4 GiB, a Node `Buffer` limit).
+ */
+export class MemorySink implements ByteSink {
+  readonly name: string | undefined;
+  #chunks: Uint8Array[] = [];
+  #length = 0;
+  #state: "open" | "closed" | "aborted" = "open";
+
+  constructor(name?: string) {
+    this.name = name;
+  }
+
+  async write(chunk: Uint8Array): Promise<void> {
+    if (this.#state !== "open") throw new StConvertError("Io", `write to a ${this.#state} sink`, { file: this.name });
+    // A copy, because the caller may reuse its buffer once the promise settles.
+    this.#chunks.push(chunk.slice());
+    this.#length += chunk.byteLength;
+  }
+
+  async close(): Promise<void> {
+    if (this.#state === "aborted") throw new StConvertError("Io", "close of an aborted sink", { file: this.name });
+    this.#state = "closed";
+  }
+
+  async abort(): Promise<void> {
+    this.#state = "aborted";
+    this.#chunks = [];
+    this.#length = 0;
+  }
+
+  /** Bytes written so far. */
+  get length(): number {
+    return this.#length;
+  }
+
+  /** A copy of everything written, as one array. */
+  bytes(): Uint8Array {
+    const out = new Uint8Array(this.#length);
+    let at = 0;
+    for (const chunk of this.#chunks) {
+      out.set(chunk, at);
+      at += chunk.byteLength;
+    }
+    return out;
+  }
+}

@@ -1,0 +1,117 @@
+/**
+ * The one error family of st-convert. Every refusal of an input, every broken limit and every
+ * failed write is an `StConvertError` with a `code` from a fixed catalog; adapters bring their
+ * own codes but reuse this class, so callers need a single guard.
+ */
+
+/** Codes of the safetensors format; the names are those of the reference implementation's errors. */
+export type SafetensorsErrorCode =
+  | "HeaderTooSmall"
+  | "HeaderTooLarge"
+  | "InvalidHeaderLength"
+  | "InvalidHeader"
+  | "InvalidHeaderDeserialization"
+  | "InvalidOffset"
+  | "ValidationOverflow"
+  | "MisalignedSlice"
+  | "TensorInvalidInfo"
+  | "MetadataIncompleteBuffer"
+  | "TensorNotFound"
+  | "DuplicateKey";
+
+/** Codes shared by every format. */
+export type CommonErrorCode =
+  /** A source ended before the bytes a header promised. */
+  | "UnexpectedEof"
+  /** A named resource limit was exceeded (header size, tensor count, nesting depth…). */
+  | "LimitExceeded"
+  /** The value is valid in the format but cannot be represented here (e.g. a dimension above 2^53). */
+  | "Unsupported"
+  /** A dtype name that the format or st-convert does not know. */
+  | "UnknownDtype"
+  /** A tensor name that cannot be written (e.g. not valid Unicode). */
+  | "InvalidName"
+  /** Metadata that is not a string → string map. */
+  | "InvalidMetadata"
+  /** A tensor's bytes do not have the length its dtype and shape require. */
+  | "ByteLengthMismatch"
+  /** Reading or writing a file failed at the operating-system level. */
+  | "Io"
+  /** The target exists and replacing it was not asked for. */
+  | "OutputExists"
+  /** The caller passed options that contradict each other or the input. */
+  | "InvalidArgument"
+  /** No format matches a `--from`/`--to` name, an extension or a file's content. */
+  | "UnknownFormat"
+  /** The conversion was stopped by the caller (signal, abort). */
+  | "Aborted";
+
+export type CoreErrorCode = SafetensorsErrorCode | CommonErrorCode;
+
+const brand = Symbol.for("st-convert.error");
+
+/** Where an error happened, as far as the code that raised it knows. */
+export interface ErrorContext {
+  /** The file (or other source) being read or written. */
+  file?: string;
+  /** The tensor being read or written. */
+  tensor?: string;
+  /** The underlying error, when this one wraps another. */
+  cause?: unknown;
+}
+
+/**
+ * An error raised by st-convert for a refused input, a broken limit or a failed write.
+ * `message` reads `tensor \`name\`: rule` (the file is added by whoever knows it, see {@link withFile}).
+ */
+export class StConvertError<C extends string = string> extends Error {
+  override readonly name = "StConvertError";
+  readonly code: C;
+  /** The broken rule, without the file and tensor prefix. */
+  readonly rule: string;
+  readonly file: string | undefined;
+  readonly tensor: string | undefined;
+
+  constructor(code: C, rule: string, context: ErrorContext = {}) {
+    super(composeMessage(rule, context), context.cause === undefined ? undefined : { cause: context.cause });
+    this.code = code;
+    this.rule = rule;
+    this.file = context.file;
+    this.tensor = context.tensor;
+    Object.defineProperty(this, brand, { value: true });
+  }
+}
+
+function composeMessage(rule: string, { file, tensor }: ErrorContext): string {
+  const where = [file, tensor === undefined ? undefined : `tensor ${quoteName(tensor)}`].filter(
+    (part): part is string => part !== undefined,
+  );
+  return where.length === 0 ? rule : `${where.join(": ")}: ${rule}`;
+}
+
+/** Tensor names can hold anything; quote them so that empty or odd names stay visible in one line. */
+export function quoteName(name: string): string {
+  return JSON.stringify(name);
+}
+
+/**
+ * True for any st-convert error, also one thrown by another copy of this package
+ * (a brand, not `instanceof`, decides).
+ */
+export function isStConvertError(value: unknown): value is StConvertError {
+  return typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+}
+
+/**
+ * The same error with the file and/or tensor named where it names none yet; other values pass
+ * through unchanged. Readers know the tensor, the caller knows the file: each adds what it knows.
+ */
+export function withContext<E>(error: E, where: { file?: string; tensor?: string }): E | StConvertError {
+  if (!isStConvertError(error)) return error;
+  const file = error.file ?? where.file;
+  const tensor = error.tensor ?? where.tensor;
+  if (file === error.file && tensor === error.tensor) return error;
+  const named = new StConvertError(error.code, error.rule, { file, tensor, cause: error.cause });
+  if (error.stack !== undefined) named.stack = error.stack;
+  return named;
+}

@@ -1,0 +1,155 @@
+/**
+ * The tensor-stream model every adapter speaks: a reader lists entries whose bytes are pulled
+ * lazily, in C order and little-endian; a writer takes all entries first, then pulls their bytes
+ * in the order its format wants.
+ */
+import { DEFAULT_CHUNK_SIZE } from "./ByteSource.js";
+import { type Dtype, dtypeInfo, tensorByteLength } from "./dtypes.js";
+import { StConvertError, withContext } from "./StConvertError.js";
+
+/** Name, dtype and shape of one tensor. */
+export interface TensorInfo {
+  readonly name: string;
+  readonly dtype: Dtype;
+  /** Dimensions, outermost first; `[]` is a 0-d (scalar) tensor. */
+  readonly shape: readonly number[];
+}
+
+/** How a consumer wants a tensor's bytes delivered. */
+export interface ChunkOptions {
+  /** Largest chunk, in bytes. Default {@link DEFAULT_CHUNK_SIZE}. */
+  chunkSize?: number;
+}
+
+/** A tensor whose bytes can be pulled. */
+export interface TensorEntry extends TensorInfo {
+  /** Bytes of the tensor in C order, little-endian: elements × bits / 8. */
+  readonly byteLength: number;
+  /**
+   * The tensor's bytes, in order, in chunks of at most `chunkSize` bytes (a chunk may be smaller).
+   * Nothing is read before the consumer asks; each call starts from the first byte again.
+   */
+  chunks(options?: ChunkOptions): AsyncIterable<Uint8Array>;
+}
+
+/** Metadata of a tensor file: a string → string map (a null-prototype object when st-convert builds it). */
+export type Metadata = Readonly<Record<string, string>>;
+
+/** What a reader returns and a writer takes: metadata and the tensors, in the source's order. */
+export interface TensorSource {
+  /** `null` when the file has none. */
+  readonly metadata: Metadata | null;
+  readonly tensors: readonly TensorEntry[];
+}
+
+/**
+ * An in-memory tensor.
+ * @throws StConvertError `ByteLengthMismatch` when `bytes` does not have the length that `dtype` and `shape` require.
+ */
+export function tensorFromBytes(info: TensorInfo, bytes: Uint8Array): TensorEntry {
+  const byteLength = checkedByteLength(info);
+  if (bytes.byteLength !== byteLength) {
+    throw new StConvertError(
+      "ByteLengthMismatch",
+      `${info.dtype} shape [${info.shape.join(", ")}] needs ${byteLength} bytes, got ${bytes.byteLength}`,
+      { tensor: info.name },
+    );
+  }
+  return {
+    name: info.name,
+    dtype: info.dtype,
+    shape: [...info.shape],
+    byteLength,
+    async *chunks({ chunkSize = DEFAULT_CHUNK_SIZE }: ChunkOptions = {}) {
+      for (let at = 0; at < byteLength; at += chunkSize) yield bytes.subarray(at, Math.min(at + chunkSize, byteLength));
+    },
+  };
+}
+
+/**
+ * Bytes a tensor needs, after checking that its dtype is known and its dims are non-negative integers.
+ * @throws StConvertError `UnknownDtype`, `TensorInvalidInfo`, `MisalignedSlice`.
+ */
+export function checkedByteLength(info: TensorInfo): number {
+  try {
+    dtypeInfo(info.dtype);
+    for (const dim of info.shape) {
+      if (!Number.isSafeInteger(dim) || dim < 0) {
+        throw new StConvertError("TensorInvalidInfo", `shape [${info.shape.join(", ")}] has a dimension that is not a non-negative integer`);
+      }
+    }
+    return tensorByteLength(info.dtype, info.shape);
+  } catch (error) {
+    throw withContext(error, { tensor: info.name });
+  }
+}
+
+/**
+ * All of one tensor's bytes in one array. Meant for tensors that fit in memory; streaming
+ * consumers use `chunks()`.
+ * @throws StConvertError `LimitExceeded` past `maxBytes` (default 2^32 − 1, the largest `Uint8Array` Node 20 makes).
+ */
+export async function readTensorBytes(entry: TensorEntry, maxBytes = 2 ** 32 - 1): Promise<Uint8Array> {
+  if (entry.byteLength > maxBytes) {
+    throw new StConvertError("LimitExceeded", `${entry.byteLength} bytes exceed the in-memory limit of ${maxBytes}; stream it with chunks()`, {
+      tensor: entry.name,
+    });
+  }
+  const out = new Uint8Array(entry.byteLength);
+  let at = 0;
+  for await (const chunk of entry.chunks()) {
+    if (at + chunk.byteLength > out.byteLength) break;
+    out.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  if (at !== out.byteLength) {
+    throw new StConvertError("ByteLengthMismatch", `the reader delivered a byte count other than the ${entry.byteLength} it declared`, {
+      tensor: entry.name,
+    });
+  }
+  return out;
+}
+
+/**
+ * Code-point order, which the safetensors (Rust byte order of UTF-8), numpy and msgpack-python
+ * references all use. JavaScript's `<` compares UTF-16 units and puts U+10000.. before U+E000..U+FFFF.
+ */
+export function compareCodePoints(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x !== y) return codePointRank(x) - codePointRank(y);
+  }
+  return a.length - b.length;
+}
+
+/** Moves surrogates (D800–DFFF, i.e. code points ≥ U+10000) above E000–FFFF; the rest keeps its order. */
+function codePointRank(unit: number): number {
+  if (unit >= 0xe000) return unit - 0x800;
+  if (unit >= 0xd800) return unit + 0x2000;
+  return unit;
+}
+
+/** A metadata map with no prototype, so that keys such as `__proto__` stay plain keys. */
+export function createMetadata(entries: Iterable<readonly [string, string]> = []): Record<string, string> {
+  const metadata: Record<string, string> = Object.create(null);
+  for (const [key, value] of entries) metadata[key] = value;
+  return metadata;
+}
+
+/**
+ * Checks that `metadata` is a string → string map.
+ * @throws StConvertError `InvalidMetadata` naming the first offending key.
+ */
+export function checkMetadata(metadata: unknown): asserts metadata is Metadata | null | undefined {
+  if (metadata === null || metadata === undefined) return;
+  if (typeof metadata !== "object" || Array.isArray(metadata)) {
+    throw new StConvertError("InvalidMetadata", "metadata must be an object mapping strings to strings");
+  }
+  for (const [key, value] of Object.entries(metadata)) {
+    if (typeof value !== "string") {
+      throw new StConvertError("InvalidMetadata", `metadata value of ${JSON.stringify(key)} is a ${typeof value}, not a string`);
+    }
+  }
+}

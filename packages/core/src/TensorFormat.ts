@@ -1,0 +1,52 @@
+/**
+ * The one interface through which a format plugs into the `st-convert` command and the
+ * `convert()` API. The CLI names no format in its own code: it lists registered formats.
+ */
+import type { ByteSink, ByteSource } from "./ByteSource.js";
+import type { TensorSource } from "./Tensor.js";
+
+/** A command-line option a format adds, e.g. npy's `--name` or flax's `--sep`. */
+export interface FormatOption {
+  /** Long name without dashes, e.g. `"sep"`. */
+  readonly name: string;
+  readonly type: "string" | "boolean";
+  /** May be given more than once (values collect into an array). */
+  readonly multiple?: boolean;
+  /** Placeholder shown in help, e.g. `"SEP"`. */
+  readonly valueName?: string;
+  /** One line for `--help`. */
+  readonly description: string;
+  /** Which side the option applies to. */
+  readonly appliesTo: "read" | "write" | "both";
+}
+
+/** Values of options, keyed by option name, as the CLI parsed them. */
+export type FormatOptionValues = Readonly<Record<string, string | boolean | readonly string[] | undefined>>;
+
+/** What a format's `open`/`write` receive besides the bytes. */
+export interface FormatContext {
+  /** Option values; a format reads only the options it declared. */
+  readonly options: FormatOptionValues;
+  /** Receives non-fatal notices (metadata dropped, leaves skipped). Libraries never print. */
+  readonly onWarning?: (message: string) => void;
+  /** Path or label of the file, for default tensor names and messages. */
+  readonly fileName?: string;
+}
+
+/** A file format: how to recognise, read and write it. */
+export interface TensorFormat {
+  /** Short name used by `--from`/`--to`, e.g. `"safetensors"`. */
+  readonly name: string;
+  /** One line for `--help`. */
+  readonly description: string;
+  /** File name endings, lower case with the dot, e.g. `[".safetensors"]`. */
+  readonly extensions: readonly string[];
+  /** Options this format understands. */
+  readonly options?: readonly FormatOption[];
+  /** True when the first bytes of a file look like this format (used when the extension says nothing). */
+  sniff?(head: Uint8Array): boolean;
+  /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */
+  open(source: ByteSource, context: FormatContext): Promise<TensorSource>;
+  /** Writes tensors to the sink. The caller closes or aborts the sink. */
+  write(tensors: TensorSource, sink: ByteSink, context: FormatContext): Promise<void>;
+}

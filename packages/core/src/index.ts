@@ -1,0 +1,62 @@
+/**
+ * `@st-convert/core`: the safetensors format, the dtype table and the tensor-stream model that
+ * every st-convert adapter speaks. File access for Node is in `@st-convert/core/node`.
+ */
+export {
+  type ByteInput,
+  type ByteSink,
+  type ByteSource,
+  DEFAULT_CHUNK_SIZE,
+  MemorySink,
+  blobSource,
+  bytesSource,
+  checkRange,
+  readRange,
+  toByteSource,
+} from "./ByteSource.js";
+export { DTYPES, type Dtype, type DtypeInfo, dtypeInfo, elementCount, isDtype, tensorByteLength, toSafeNumber } from "./dtypes.js";
+export {
+  MAX_HEADER_DEPTH,
+  type ParseHeaderOptions,
+  type ParsedSafetensorsHeader,
+  type RawTensorInfo,
+  parseSafetensorsHeader,
+} from "./parseSafetensorsHeader.js";
+export {
+  MAX_HEADER_SIZE,
+  type SafetensorsFile,
+  type SafetensorsLayout,
+  type SafetensorsReadOptions,
+  type SafetensorsTensor,
+  type SafetensorsWriteOptions,
+  layoutSafetensors,
+  pipeTensor,
+  readSafetensors,
+  safetensorsFormat,
+  serializeSafetensors,
+  writeSafetensors,
+} from "./safetensors.js";
+export {
+  type CommonErrorCode,
+  type CoreErrorCode,
+  type ErrorContext,
+  type SafetensorsErrorCode,
+  StConvertError,
+  isStConvertError,
+  quoteName,
+  withContext,
+} from "./StConvertError.js";
+export {
+  type ChunkOptions,
+  type Metadata,
+  type TensorEntry,
+  type TensorInfo,
+  type TensorSource,
+  checkMetadata,
+  checkedByteLength,
+  compareCodePoints,
+  createMetadata,
+  readTensorBytes,
+  tensorFromBytes,
+} from "./Tensor.js";
+export type { FormatContext, FormatOption, FormatOptionValues, TensorFormat } from "./TensorFormat.js";

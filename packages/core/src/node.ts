@@ -1,0 +1,193 @@
+/**
+ * `@st-convert/core/node`: byte sources and sinks over files, for Node. The rest of core never
+ * touches `node:fs`, so it runs in browsers too.
+ */
+import { randomBytes } from "node:crypto";
+import { type FileHandle, link, open, rename, stat, unlink } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+import { type ByteSink, type ByteSource, checkRange } from "./ByteSource.js";
+import { StConvertError } from "./StConvertError.js";
+
+/** A {@link ByteSource} over an open file; `close()` releases the descriptor. */
+export interface FileSource extends ByteSource {
+  readonly name: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens a file for reading ranges. The file is opened read-only and never modified.
+ * @throws StConvertError `Io` when it cannot be opened (missing, a directory, no permission).
+ */
+export async function openFileSource(path: string): Promise<FileSource> {
+  let handle: FileHandle;
+  try {
+    handle = await open(path, "r");
+  } catch (error) {
+    throw ioError(error, path, "cannot open for reading");
+  }
+  let size: number;
+  try {
+    const info = await handle.stat();
+    if (info.isDirectory()) throw new StConvertError("Io", "is a directory, not a file", { file: path });
+    size = info.size;
+  } catch (error) {
+    await handle.close();
+    throw ioError(error, path, "cannot read the file's size");
+  }
+  const source: FileSource = {
+    name: path,
+    size,
+    async read(offset, length) {
+      checkRange(source, offset, length);
+      const buffer = Buffer.allocUnsafe(length);
+      let filled = 0;
+      while (filled < length) {
+        let bytesRead: number;
+        try {
+          ({ bytesRead } = await handle.read(buffer, filled, length - filled, offset + filled));
+        } catch (error) {
+          throw ioError(error, path, "read failed");
+        }
+        if (bytesRead === 0) {
+          throw new StConvertError("UnexpectedEof", `the file ended at byte ${offset + filled} while ${offset + length} were expected (was it truncated while being read?)`, {
+            file: path,
+          });
+        }
+        filled += bytesRead;
+      }
+      return buffer;
+    },
+    async close() {
+      await handle.close();
+    },
+  };
+  return source;
+}
+
+/** Options of {@link createFileSink}. */
+export interface FileSinkOptions {
+  /** Replace an existing file at the target. Default false: an existing target is never touched. */
+  force?: boolean;
+}
+
+/** A {@link ByteSink} that writes a file atomically; `path` is the target. */
+export interface FileSink extends ByteSink {
+  readonly name: string;
+  /** The temporary file beside the target that receives the bytes until `close()`. */
+  readonly tempPath: string;
+}
+
+/**
+ * A sink that writes to a temporary file beside `path` and puts it in place on `close()`; `abort()`
+ * removes it. A failed or interrupted conversion therefore leaves no partial file, and an existing
+ * target is replaced only with `force` (without it, the final step is a hard link, which fails if
+ * the target appeared meanwhile).
+ * @throws StConvertError `OutputExists` when the target exists and `force` is not set; `Io`.
+ */
+export async function createFileSink(path: string, options: FileSinkOptions = {}): Promise<FileSink> {
+  const force = options.force ?? false;
+  if (!force && (await exists(path))) {
+    throw new StConvertError("OutputExists", "the output exists; pass --force (or { force: true }) to replace it", { file: path });
+  }
+  const tempPath = join(dirname(path), `.${basename(path)}.${randomBytes(6).toString("hex")}.tmp`);
+  let handle: FileHandle | undefined;
+  try {
+    handle = await open(tempPath, "wx");
+  } catch (error) {
+    throw ioError(error, path, "cannot create the output");
+  }
+  let state: "open" | "closed" | "aborted" = "open";
+
+  const release = async (): Promise<void> => {
+    const h = handle;
+    handle = undefined;
+    await h?.close();
+  };
+
+  const sink: FileSink = {
+    name: path,
+    tempPath,
+    async write(chunk) {
+      if (state !== "open" || handle === undefined) throw new StConvertError("Io", `write to a ${state} sink`, { file: path });
+      let done = 0;
+      while (done < chunk.byteLength) {
+        try {
+          const { bytesWritten } = await handle.write(chunk, done, chunk.byteLength - done);
+          done += bytesWritten;
+        } catch (error) {
+          throw ioError(error, path, "write failed");
+        }
+      }
+    },
+    async close() {
+      if (state !== "open") throw new StConvertError("Io", `close of a ${state} sink`, { file: path });
+      try {
+        await release();
+        if (force) await rename(tempPath, path);
+        else await linkIntoPlace(tempPath, path);
+        state = "closed";
+      } catch (error) {
+        await sink.abort();
+        throw ioError(error, path, "cannot put the output in place");
+      }
+    },
+    async abort() {
+      if (state === "closed") return;
+      state = "aborted";
+      try {
+        await release();
+      } catch {
+        // Closing a descriptor we are discarding can only fail in ways that do not matter here.
+      }
+      await unlink(tempPath).catch(() => {});
+    },
+  };
+  return sink;
+}
+
+/** Moves the temporary file to the target only if no file is there (link fails with EEXIST). */
+async function linkIntoPlace(tempPath: string, path: string): Promise<void> {
+  try {
+    await link(tempPath, path);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EEXIST") throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: path });
+    // File systems without hard links: check, then rename (a small race, but no worse than most tools).
+    if (code === "EPERM" || code === "ENOTSUP" || code === "EOPNOTSUPP" || code === "EXDEV" || code === "ENOSYS") {
+      if (await exists(path)) throw new StConvertError("OutputExists", "the output appeared while converting", { file: path });
+      await rename(tempPath, path);
+      return;
+    }
+    throw error;
+  }
+  await unlink(tempPath);
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw ioError(error, path, "cannot check the output");
+  }
+}
+
+/** Wraps an operating-system error in an `Io` StConvertError with a readable rule; passes our own errors through. */
+function ioError(error: unknown, file: string, what: string): unknown {
+  if (error instanceof StConvertError) return error;
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  const reason =
+    code === "ENOENT"
+      ? "no such file or directory"
+      : code === "EACCES" || code === "EPERM"
+        ? "permission denied"
+        : code === "EISDIR"
+          ? "is a directory"
+          : code === "ENOSPC"
+            ? "no space left on the device"
+            : code === "EROFS"
+              ? "read-only file system"
+              : ((error as Error | undefined)?.message ?? String(error));
+  return new StConvertError("Io", `${what}: ${reason}`, { file, cause: error });
+}

@@ -1,0 +1,84 @@
+import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createFileSink, openFileSource } from "@st-convert/core/node";
+import { makeTempDir } from "@st-convert/testing";
+
+let dir: string;
+let cleanup: () => void;
+beforeEach(() => ({ dir, cleanup } = makeTempDir()));
+afterEach(() => cleanup());
+
+describe("file sink", () => {
+  it("writes to a temporary file and renames it into place on close", async () => {
+    const target = join(dir, "out.bin");
+    const sink = await createFileSink(target);
+    await sink.write(Uint8Array.of(1, 2, 3));
+    expect(existsSync(target)).toBe(false);
+    expect(existsSync(sink.tempPath)).toBe(true);
+    await sink.close();
+    expect([...readFileSync(target)]).toEqual([1, 2, 3]);
+    expect(readdirSync(dir)).toEqual(["out.bin"]);
+  });
+
+  it("leaves nothing behind on abort", async () => {
+    const sink = await createFileSink(join(dir, "out.bin"));
+    await sink.write(Uint8Array.of(1));
+    await sink.abort();
+    await sink.abort();
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("never replaces an existing file without force", async () => {
+    const target = join(dir, "out.bin");
+    writeFileSync(target, "keep");
+    await expect(createFileSink(target)).rejects.toMatchObject({ code: "OutputExists" });
+    expect(readFileSync(target, "utf8")).toBe("keep");
+  });
+
+  it("refuses to put the output in place if a file appeared meanwhile", async () => {
+    const target = join(dir, "out.bin");
+    const sink = await createFileSink(target);
+    await sink.write(Uint8Array.of(9));
+    writeFileSync(target, "keep");
+    await expect(sink.close()).rejects.toMatchObject({ code: "OutputExists" });
+    expect(readFileSync(target, "utf8")).toBe("keep");
+    expect(readdirSync(dir)).toEqual(["out.bin"]);
+  });
+
+  it("replaces an existing file with force", async () => {
+    const target = join(dir, "out.bin");
+    writeFileSync(target, "old");
+    const sink = await createFileSink(target, { force: true });
+    await sink.write(new TextEncoder().encode("new"));
+    await sink.close();
+    expect(readFileSync(target, "utf8")).toBe("new");
+  });
+
+  it("reports a missing directory as an Io error", async () => {
+    await expect(createFileSink(join(dir, "missing", "out.bin"))).rejects.toMatchObject({ code: "Io" });
+  });
+});
+
+describe("file source", () => {
+  it("reads exact ranges and refuses ranges past the end", async () => {
+    const path = join(dir, "in.bin");
+    writeFileSync(path, Uint8Array.of(0, 1, 2, 3, 4, 5));
+    const source = await openFileSource(path);
+    try {
+      expect(source.size).toBe(6);
+      expect([...(await source.read(2, 3))]).toEqual([2, 3, 4]);
+      await expect(source.read(4, 3)).rejects.toMatchObject({ code: "UnexpectedEof" });
+    } finally {
+      await source.close();
+    }
+  });
+
+  it("names a missing file in an Io error", async () => {
+    await expect(openFileSource(join(dir, "nope"))).rejects.toMatchObject({ code: "Io", file: join(dir, "nope") });
+  });
+
+  it("refuses a directory", async () => {
+    await expect(openFileSource(dir)).rejects.toMatchObject({ code: "Io" });
+  });
+});

@@ -1,0 +1,134 @@
+/**
+ * Helpers for st-convert's own tests: where the fixtures are, how to reach the reference Python,
+ * and how to build files byte by byte.
+ */
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, it } from "vitest";
+
+/** The repository root. */
+export const REPO_ROOT = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
+
+/** A path under `fixtures/`. */
+export function fixturePath(...parts: string[]): string {
+  return join(REPO_ROOT, "fixtures", ...parts);
+}
+
+/** The CLI's built entry point, run as `node <path>` (tsc does not set the exec bit). */
+export const CLI_PATH = join(REPO_ROOT, "packages", "cli", "dist", "cli.js");
+
+/**
+ * The reference Python (safetensors, numpy, ml_dtypes, flax): `ST_CONVERT_REF_PYTHON`, else
+ * `.venv-ref/bin/python` at the repository root, else none.
+ */
+export function referencePython(): string | undefined {
+  const fromEnv = process.env.ST_CONVERT_REF_PYTHON;
+  if (fromEnv !== undefined && fromEnv !== "") return fromEnv;
+  const local = join(REPO_ROOT, ".venv-ref", "bin", "python");
+  return existsSync(local) ? local : undefined;
+}
+
+let noted = false;
+
+/**
+ * A `describe` for interop tests against the reference Python. Without one, the block is skipped
+ * with a visible note, unless `ST_CONVERT_REQUIRE_REF=1` (CI), where a missing Python fails.
+ */
+export function describeInterop(name: string, body: (python: string) => void): void {
+  const python = referencePython();
+  if (python !== undefined) {
+    describe(name, () => body(python));
+    return;
+  }
+  if (process.env.ST_CONVERT_REQUIRE_REF === "1") {
+    describe(name, () => {
+      it("needs the reference Python", () => {
+        throw new Error("ST_CONVERT_REQUIRE_REF=1 but no reference Python: set ST_CONVERT_REF_PYTHON or create .venv-ref (see README)");
+      });
+    });
+    return;
+  }
+  if (!noted) {
+    noted = true;
+    console.warn("NOTE: interop tests skipped: no reference Python (create .venv-ref as the README says, or set ST_CONVERT_REF_PYTHON)");
+  }
+  describe.skip(name, () => body(""));
+}
+
+/**
+ * Runs a helper script from `fixtures/` with the reference Python and returns its stdout.
+ * @throws Error with the script's stderr when it exits non-zero.
+ */
+export function runPython(python: string, script: string, args: readonly string[] = [], input?: string): string {
+  const result = spawnSync(python, [fixturePath(script), ...args], {
+    input,
+    encoding: "utf8",
+    maxBuffer: 256 * 1024 * 1024,
+    env: { ...process.env, PYTHONHASHSEED: "0", JAX_PLATFORMS: "cpu" },
+  });
+  if (result.status !== 0) {
+    throw new Error(`${script} ${args.join(" ")} failed (${result.status}):\n${result.stderr}`);
+  }
+  return result.stdout;
+}
+
+/** Result of running the CLI. */
+export interface CliRun {
+  status: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the built `st-convert` command. */
+export function runCli(args: readonly string[], options: { cwd?: string } = {}): CliRun {
+  const result = spawnSync(process.execPath, [CLI_PATH, ...args], { encoding: "utf8", cwd: options.cwd, env: { ...process.env, NO_COLOR: "1" } });
+  return { status: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
+}
+
+/** A fresh temporary directory and a function that removes it. */
+export function makeTempDir(prefix = "st-convert-test-"): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Bytes from a hex string. */
+export function fromHex(hex: string): Uint8Array {
+  return Uint8Array.from(Buffer.from(hex, "hex"));
+}
+
+/** Hex of bytes. */
+export function toHex(bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("hex");
+}
+
+/** Removes a path if it exists. */
+export function removeQuietly(path: string): void {
+  rmSync(path, { force: true, recursive: true });
+}
+export { safetensorsFile } from "./safetensorsFile.js";
+export { STRICTER_THAN_REFERENCE, header as safetensorsHeader, hostileCases as safetensorsHostileCases, t as safetensorsEntry } from "./safetensorsHostileCases.js";
+
+/**
+ * Runs the first ```js block of a README as an ES module inside `packageDir` (so that the package
+ * resolves its own name), in a fresh working directory. Returns the module's stdout.
+ * @throws Error with stderr when the block fails (an assertion in it, or an exception).
+ */
+export function runReadmeSynopsis(packageDir: string): string {
+  const readme = readFileSync(join(packageDir, "README.md"), "utf8");
+  const block = /```js\n([\s\S]*?)```/.exec(readme)?.[1];
+  if (block === undefined) throw new Error(`${packageDir}/README.md has no js block`);
+  const script = join(packageDir, `.readme-synopsis-${process.pid}.mjs`);
+  const work = makeTempDir("st-convert-readme-");
+  writeFileSync(script, block);
+  try {
+    const result = spawnSync(process.execPath, [script], { cwd: work.dir, encoding: "utf8" });
+    if (result.status !== 0) throw new Error(`README synopsis failed (${result.status}):\n${result.stderr}`);
+    return result.stdout;
+  } finally {
+    rmSync(script, { force: true });
+    work.cleanup();
+  }
+}

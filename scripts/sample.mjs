@@ -1,0 +1,17 @@
+// The README's sample conversion: a bundled fixture made by the reference tools, converted with
+// the built command, then listed with `st-convert info`.
+import { spawnSync } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const cli = fileURLToPath(new URL("../packages/cli/dist/cli.js", import.meta.url));
+const input = "fixtures/safetensors/mixed.safetensors";
+const output = "out/sample.safetensors";
+
+mkdirSync(new URL("../out", import.meta.url), { recursive: true });
+for (const args of [[input, output, "--force"], ["info", output]]) {
+  console.log(`$ st-convert ${args.join(" ")}`);
+  const run = spawnSync(process.execPath, [cli, ...args], { cwd: root, stdio: "inherit" });
+  if (run.status !== 0) process.exit(run.status ?? 1);
+}
