@@ -38,35 +38,51 @@ export interface DtypeInfo {
   readonly bits: number;
   /** Position in the reference enum; the safetensors writer orders tensors by it, descending. */
   readonly rank: number;
+  /**
+   * The numpy / ml_dtypes `dtype.name` with the same bytes per element (what flax writes and
+   * `safetensors.numpy` maps), or undefined for F4/F6: ml_dtypes keeps those one value per byte,
+   * while safetensors packs them, so no numpy dtype shares their bytes.
+   */
+  readonly numpyName: string | undefined;
 }
 
-const table: readonly (readonly [Dtype, number])[] = [
-  ["BOOL", 8],
-  ["F4", 4],
-  ["F6_E2M3", 6],
-  ["F6_E3M2", 6],
-  ["U8", 8],
-  ["I8", 8],
-  ["F8_E5M2", 8],
-  ["F8_E4M3", 8],
-  ["F8_E8M0", 8],
-  ["F8_E4M3FNUZ", 8],
-  ["F8_E5M2FNUZ", 8],
-  ["I16", 16],
-  ["U16", 16],
-  ["F16", 16],
-  ["BF16", 16],
-  ["I32", 32],
-  ["U32", 32],
-  ["F32", 32],
-  ["C64", 64],
-  ["F64", 64],
-  ["I64", 64],
-  ["U64", 64],
+const table: readonly (readonly [Dtype, number, string | undefined])[] = [
+  ["BOOL", 8, "bool"],
+  ["F4", 4, undefined],
+  ["F6_E2M3", 6, undefined],
+  ["F6_E3M2", 6, undefined],
+  ["U8", 8, "uint8"],
+  ["I8", 8, "int8"],
+  ["F8_E5M2", 8, "float8_e5m2"],
+  ["F8_E4M3", 8, "float8_e4m3fn"],
+  ["F8_E8M0", 8, "float8_e8m0fnu"],
+  ["F8_E4M3FNUZ", 8, "float8_e4m3fnuz"],
+  ["F8_E5M2FNUZ", 8, "float8_e5m2fnuz"],
+  ["I16", 16, "int16"],
+  ["U16", 16, "uint16"],
+  ["F16", 16, "float16"],
+  ["BF16", 16, "bfloat16"],
+  ["I32", 32, "int32"],
+  ["U32", 32, "uint32"],
+  ["F32", 32, "float32"],
+  ["C64", 64, "complex64"],
+  ["F64", 64, "float64"],
+  ["I64", 64, "int64"],
+  ["U64", 64, "uint64"],
 ];
 
 /** All 22 dtypes in rank order (the reference enum's declaration order). */
-export const DTYPES: readonly DtypeInfo[] = table.map(([code, bits], rank) => Object.freeze({ code, bits, rank }));
+export const DTYPES: readonly DtypeInfo[] = table.map(([code, bits, numpyName], rank) => Object.freeze({ code, bits, rank, numpyName }));
+
+const byNumpyName = new Map<string, DtypeInfo>(DTYPES.filter((d) => d.numpyName !== undefined).map((d) => [d.numpyName!, d]));
+
+/**
+ * The dtype whose bytes a numpy / ml_dtypes dtype of this `name` has (`"float32"` → F32,
+ * `"bfloat16"` → BF16, `"float8_e4m3fn"` → F8_E4M3), or undefined.
+ */
+export function dtypeFromNumpyName(name: string): DtypeInfo | undefined {
+  return byNumpyName.get(name);
+}
 
 const byCode = new Map<string, DtypeInfo>(DTYPES.map((info) => [info.code, info]));
 

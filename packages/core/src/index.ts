@@ -14,7 +14,7 @@ export {
   readRange,
   toByteSource,
 } from "./ByteSource.js";
-export { DTYPES, type Dtype, type DtypeInfo, dtypeInfo, elementCount, isDtype, tensorByteLength, toSafeNumber } from "./dtypes.js";
+export { DTYPES, type Dtype, type DtypeInfo, dtypeFromNumpyName, dtypeInfo, elementCount, isDtype, tensorByteLength, toSafeNumber } from "./dtypes.js";
 export {
   MAX_HEADER_DEPTH,
   type ParseHeaderOptions,

@@ -29,3 +29,18 @@ describe("dtype table", () => {
     expect(tensorByteLength("F32", [0, 7])).toBe(0);
   });
 });
+
+describe("numpy names", () => {
+  it("maps every byte-compatible dtype to the name numpy and ml_dtypes give it, and back", async () => {
+    const { dtypeFromNumpyName } = await import("@st-convert/core");
+    const names = Object.fromEntries(DTYPES.filter((d) => d.numpyName !== undefined).map((d) => [d.code, d.numpyName]));
+    // The names the reference's TensorSpec table uses (lib.rs), see fixtures/gen_safetensors.py.
+    expect(names).toEqual({
+      BOOL: "bool", U8: "uint8", I8: "int8", F8_E5M2: "float8_e5m2", F8_E4M3: "float8_e4m3fn", F8_E8M0: "float8_e8m0fnu",
+      F8_E4M3FNUZ: "float8_e4m3fnuz", F8_E5M2FNUZ: "float8_e5m2fnuz", I16: "int16", U16: "uint16", F16: "float16", BF16: "bfloat16",
+      I32: "int32", U32: "uint32", F32: "float32", C64: "complex64", F64: "float64", I64: "int64", U64: "uint64",
+    });
+    for (const [code, name] of Object.entries(names)) expect(dtypeFromNumpyName(name!)?.code).toBe(code);
+    expect(dtypeFromNumpyName("complex128")).toBeUndefined();
+  });
+});

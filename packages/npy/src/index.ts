@@ -1,0 +1,2 @@
+/** Work in progress: see the package README. */
+export {};
