@@ -5,7 +5,7 @@ import { main } from "./main.js";
 const controller = new AbortController();
 let interrupted = false;
 const stop = (signal: NodeJS.Signals, status: number) => () => {
-  // First signal: stop at the next chunk so the temporary output is removed; a second one exits now.
+  // First signal: stop at the next chunk so that temporary outputs are removed; a second one exits now.
   if (interrupted) process.exit(status);
   interrupted = true;
   process.exitCode = status;
@@ -18,5 +18,7 @@ const status = await main(process.argv.slice(2), {
   stdout: (text) => process.stdout.write(text),
   stderr: (text) => process.stderr.write(text),
   signal: controller.signal,
+  stderrIsTTY: process.stderr.isTTY === true,
+  columns: process.stderr.columns,
 });
 process.exitCode = interrupted ? process.exitCode : status;

@@ -14,9 +14,10 @@ import {
 } from "@st-convert/core";
 import { type FileSource, createFileSink, openFileSource } from "@st-convert/core/node";
 import { FORMATS, detectInputFormat, detectOutputFormat } from "./formats.js";
+import { type TransformOptions, transformTensors } from "./transforms.js";
 
 /** Options of {@link convert}. */
-export interface ConvertOptions {
+export interface ConvertOptions extends TransformOptions {
   /** Input format name; default: from the extension, else from the content. */
   from?: string;
   /** Output format name; default: from the extension. */
@@ -58,7 +59,7 @@ export async function convert(input: string, output: string, options: ConvertOpt
   return withSource(input, async (source) => {
     const inputFormat = await detectInputFormat(source, options.from, formats);
     const context = { options: options.formatOptions ?? {}, onWarning: options.onWarning };
-    const tensors = await openTensors(inputFormat, source, { ...context, fileName: input });
+    const tensors = transformTensors(await openTensors(inputFormat, source, { ...context, fileName: input }), options);
     const observed = observe(tensors, options.signal, options.onProgress);
     const sink = await createFileSink(output, { force: options.force ?? false });
     try {
@@ -81,7 +82,7 @@ export async function convert(input: string, output: string, options: ConvertOpt
 }
 
 /** Options of {@link inspect}. */
-export interface InspectOptions {
+export interface InspectOptions extends TransformOptions {
   /** Input format name; default: from the extension, else from the content. */
   from?: string;
   formatOptions?: FormatOptionValues;
@@ -104,7 +105,8 @@ export async function inspect(input: string, options: InspectOptions = {}): Prom
   const formats = options.formats ?? FORMATS;
   return withSource(input, async (source) => {
     const format = await detectInputFormat(source, options.from, formats);
-    const tensors = await openTensors(format, source, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName: input });
+    const opened = await openTensors(format, source, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName: input });
+    const tensors = transformTensors(opened, options);
     return {
       format: format.name,
       metadata: tensors.metadata,

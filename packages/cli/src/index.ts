@@ -1,7 +1,20 @@
 /**
  * `st-convert`: the command and its library API. `convert()` turns one tensor file into another,
- * `inspect()` lists what a file holds; both behave exactly like the command.
+ * `convertMany()` converts files and folders in a batch, `inspect()` lists what a file holds; all
+ * behave exactly like the command.
  */
 export { type ConvertOptions, type ConvertResult, type FileReport, type InspectOptions, convert, inspect } from "./convert.js";
+export {
+  type BatchEvent,
+  type BatchJob,
+  type BatchSummary,
+  type ConvertManyOptions,
+  DEFAULT_JOBS,
+  convertMany,
+  describeError,
+  planBatch,
+} from "./convertMany.js";
 export { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
 export { type CliIo, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main } from "./main.js";
+export { type ProgressLine, createProgressLine, formatSize, renderProgress } from "./progress.js";
+export { type RenameRule, type TransformOptions, parseMetadataEntries, parsePattern, parseRenameRule, transformTensors } from "./transforms.js";

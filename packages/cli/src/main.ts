@@ -1,12 +1,15 @@
 /**
  * The `st-convert` command: argument parsing, output and exit codes. The work is done by
- * `convert()` and `inspect()`; formats come from the registry.
+ * `convert()`, `convertMany()` and `inspect()`; formats come from the registry.
  */
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { type FormatOption, type FormatOptionValues, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type FileReport, convert, inspect } from "./convert.js";
+import { type BatchSummary, DEFAULT_JOBS, convertMany, describeError } from "./convertMany.js";
 import { FORMATS } from "./formats.js";
+import { type ProgressLine, createProgressLine, formatSize } from "./progress.js";
+import { type TransformOptions, parseMetadataEntries, parsePattern, parseRenameRule } from "./transforms.js";
 
 /** Exit status: success. */
 export const EXIT_OK = 0;
@@ -21,6 +24,10 @@ export interface CliIo {
   stderr(text: string): void;
   /** Stops a running conversion (wired to SIGINT/SIGTERM by the bin). */
   signal?: AbortSignal;
+  /** Whether stderr is a terminal: progress is drawn only there. */
+  stderrIsTTY?: boolean;
+  /** Terminal width for the progress line. */
+  columns?: number;
 }
 
 class UsageError extends Error {}
@@ -28,7 +35,14 @@ class UsageError extends Error {}
 const COMMON_OPTIONS = {
   from: { type: "string" },
   to: { type: "string" },
+  "out-dir": { type: "string", short: "o" },
+  jobs: { type: "string", short: "j" },
+  "dry-run": { type: "boolean", short: "n" },
   force: { type: "boolean", short: "f" },
+  metadata: { type: "string", multiple: true },
+  rename: { type: "string", multiple: true },
+  filter: { type: "string", multiple: true },
+  exclude: { type: "string", multiple: true },
   json: { type: "boolean" },
   quiet: { type: "boolean", short: "q" },
   debug: { type: "boolean" },
@@ -36,10 +50,13 @@ const COMMON_OPTIONS = {
   version: { type: "boolean", short: "V" },
 } as const;
 
+type ParsedValues = Record<string, string | boolean | (string | boolean)[] | undefined>;
+
 /** Runs the command with `argv` (without `node` and the script) and returns the exit status. */
 export async function main(argv: readonly string[], io: CliIo, formats: readonly TensorFormat[] = FORMATS): Promise<number> {
   const formatOptions = collectFormatOptions(formats);
   let debug = argv.includes("--debug");
+  const progress = io.stderrIsTTY === true && !argv.includes("--quiet") && !argv.includes("-q") ? createProgressLine(io.stderr, io.columns) : undefined;
   try {
     const { values, positionals } = parseCommandLine(argv, formatOptions);
     debug = values.debug === true;
@@ -51,54 +68,100 @@ export async function main(argv: readonly string[], io: CliIo, formats: readonly
       io.stdout(`${version()}\n`);
       return EXIT_OK;
     }
-    const warn = values.quiet === true ? undefined : (message: string) => io.stderr(`st-convert: warning: ${message}\n`);
-    const perFormat = pickFormatOptions(values, formatOptions);
-    const from = stringValue(values, "from");
+    const quiet = values.quiet === true;
+    const warn = quiet
+      ? undefined
+      : (message: string) => {
+          progress?.clear();
+          io.stderr(`st-convert: warning: ${message}\n`);
+        };
+    const common = {
+      from: stringValue(values, "from"),
+      formatOptions: pickFormatOptions(values, formatOptions),
+      onWarning: warn,
+      formats,
+      ...transformOptions(values),
+    };
 
-    if (positionals[0] === "info") {
+    if (positionals[0] === "info" && stringValue(values, "out-dir") === undefined) {
       if (positionals.length !== 2) throw new UsageError("info takes one file: st-convert info <file> [--json]");
-      const report = await inspect(positionals[1]!, { from, formatOptions: perFormat, onWarning: warn, formats });
+      const report = await inspect(positionals[1]!, common);
       io.stdout(values.json === true ? `${JSON.stringify(infoJson(report), null, 2)}\n` : infoTable(positionals[1]!, report));
       return EXIT_OK;
     }
 
+    const outDir = stringValue(values, "out-dir");
+    if (outDir !== undefined) {
+      const to = stringValue(values, "to");
+      if (to === undefined) throw new UsageError("--out-dir needs --to FORMAT (the format of the outputs)");
+      if (positionals.length === 0) throw new UsageError("--out-dir needs at least one input file or folder");
+      const summary = await convertMany(positionals, {
+        ...common,
+        outDir,
+        to,
+        jobs: parseJobs(stringValue(values, "jobs")),
+        dryRun: values["dry-run"] === true,
+        force: values.force === true,
+        signal: io.signal,
+        onEvent: (event) => {
+          if (event.type === "progress") progress?.update(event.job.input, event.done, event.total);
+          else if (event.type === "converted" || event.type === "failed" || event.type === "skipped") progress?.clear();
+        },
+      });
+      progress?.clear();
+      if (values.json === true) io.stdout(`${JSON.stringify(summary, null, 2)}\n`);
+      else if (!quiet || summary.failed.length > 0) io.stderr(batchReport(summary, quiet));
+      return summary.failed.length > 0 || summary.stopped ? EXIT_FAILURE : EXIT_OK;
+    }
+
+    if (values.jobs !== undefined || values["dry-run"] === true) throw new UsageError("--jobs and --dry-run go with --out-dir (batch conversion)");
     if (positionals.length !== 2) {
-      throw new UsageError(positionals.length < 2 ? "expected an input and an output file" : `expected two files, got ${positionals.length}`);
+      throw new UsageError(positionals.length < 2 ? "expected an input and an output file" : `expected two files (or --out-dir DIR for many), got ${positionals.length}`);
     }
     const [input, output] = positionals as [string, string];
     const result = await convert(input, output, {
-      from,
+      ...common,
       to: stringValue(values, "to"),
       force: values.force === true,
-      formatOptions: perFormat,
-      onWarning: warn,
       signal: io.signal,
-      formats,
+      onProgress: (done, total) => progress?.update(input, done, total),
     });
+    progress?.clear();
     if (values.json === true) io.stdout(`${JSON.stringify(result)}\n`);
-    else if (values.quiet !== true) {
-      io.stderr(`st-convert: ${input} (${result.inputFormat}) -> ${output} (${result.outputFormat}): ${result.tensors} tensors, ${formatBytes(result.bytes)}\n`);
-    }
+    else if (!quiet) io.stderr(`st-convert: ${input} (${result.inputFormat}) -> ${output} (${result.outputFormat}): ${result.tensors} tensors, ${formatSize(result.bytes)}\n`);
     return EXIT_OK;
   } catch (error) {
-    if (error instanceof UsageError || (isStConvertError(error) && error.code === "UnknownFormat")) {
-      io.stderr(`st-convert: ${error.message}\nTry 'st-convert --help'.\n`);
-      return EXIT_USAGE;
-    }
-    if (isStConvertError(error)) {
-      io.stderr(`st-convert: ${error.message} [${error.code}]\n`);
-      if (debug && error.stack !== undefined) io.stderr(`${error.stack}\n`);
-      return EXIT_FAILURE;
-    }
-    // Anything else is a bug in st-convert, not a problem with the input.
-    const message = error instanceof Error ? error.message : String(error);
-    io.stderr(`st-convert: internal error: ${message} (please report this; rerun with --debug for details)\n`);
-    if (debug && error instanceof Error && error.stack !== undefined) io.stderr(`${error.stack}\n`);
-    return EXIT_FAILURE;
+    progress?.clear();
+    return reportError(error, io, debug);
   }
 }
 
-type ParsedValues = Record<string, string | boolean | (string | boolean)[] | undefined>;
+function reportError(error: unknown, io: CliIo, debug: boolean): number {
+  if (error instanceof UsageError || (isStConvertError(error) && (error.code === "UnknownFormat" || (error.code === "InvalidArgument" && error.file === undefined)))) {
+    io.stderr(`st-convert: ${error.message}\nTry 'st-convert --help'.\n`);
+    return EXIT_USAGE;
+  }
+  io.stderr(`st-convert: ${describeError(error)}${isStConvertError(error) ? "" : "; rerun with --debug for details"}\n`);
+  if (debug && error instanceof Error && error.stack !== undefined) io.stderr(`${error.stack}\n`);
+  return EXIT_FAILURE;
+}
+
+function transformOptions(values: ParsedValues): TransformOptions {
+  const list = (name: string) => (values[name] as string[] | undefined) ?? [];
+  return {
+    metadata: parseMetadataEntries(list("metadata")),
+    rename: list("rename").map(parseRenameRule),
+    filter: list("filter").map((p) => parsePattern(p, "--filter")),
+    exclude: list("exclude").map((p) => parsePattern(p, "--exclude")),
+  };
+}
+
+function parseJobs(text: string | undefined): number {
+  if (text === undefined) return DEFAULT_JOBS;
+  const jobs = Number(text);
+  if (!Number.isInteger(jobs) || jobs < 1 || jobs > 64) throw new UsageError(`--jobs ${JSON.stringify(text)}: expected a whole number from 1 to 64`);
+  return jobs;
+}
 
 function stringValue(values: ParsedValues, name: string): string | undefined {
   const value = values[name];
@@ -147,29 +210,40 @@ function helpText(formats: readonly TensorFormat[], formatOptions: readonly Form
   const formatLines = formats.map((f) => `  ${f.name.padEnd(12)} ${f.extensions.join(", ").padEnd(16)} ${f.description}`);
   const optionLines = formatOptions.map((o) => {
     const flag = `--${o.name}${o.type === "string" ? ` ${o.valueName ?? "VALUE"}` : ""}`;
-    return `  ${flag.padEnd(22)} ${o.description}${o.multiple === true ? " (repeatable)" : ""}`;
+    const owners = formats.filter((f) => f.options?.some((x) => x.name === o.name)).map((f) => f.name);
+    return `  ${flag.padEnd(24)} ${o.description}${o.multiple === true ? " (repeatable)" : ""} [${owners.join(", ")}]`;
   });
   return `st-convert ${version()}: convert tensor files between safetensors and other formats, losslessly.
 
 Usage:
-  st-convert <input> <output> [options]   convert one file (formats from the extensions)
-  st-convert info <file> [--json]         list a file's tensors and metadata
+  st-convert <input> <output> [options]                 convert one file (formats from the extensions)
+  st-convert <inputs or folders...> --out-dir DIR --to FORMAT [--jobs N] [--dry-run]
+                                                        convert many; folders are searched recursively
+  st-convert info <file> [--json]                       list a file's tensors and metadata
 
 Options:
-  --from FORMAT          read the input as FORMAT, whatever its name
-  --to FORMAT            write the output as FORMAT, whatever its name
-  -f, --force            replace an existing output (otherwise it is never touched)
-  --json                 print a machine-readable report on stdout
-  -q, --quiet            print nothing but errors
-  --debug                show stack traces of errors
-  -h, --help             show this help
-  -V, --version          show the version
+  --from FORMAT            read inputs as FORMAT, whatever their names
+  --to FORMAT              write the output as FORMAT, whatever its name
+  -o, --out-dir DIR        batch: write outputs under DIR, keeping the layout below each folder
+  -j, --jobs N             batch: conversions at once (default ${DEFAULT_JOBS})
+  -n, --dry-run            batch: show what would be done, write nothing
+  -f, --force              replace existing outputs (otherwise they are never touched)
+  --metadata KEY=VALUE     add or override a metadata entry (repeatable)
+  --rename FROM=TO         rename tensors: FROM is a regular expression, TO may use $1 (repeatable)
+  --filter REGEX           keep only tensors whose name matches (repeatable: any of them)
+  --exclude REGEX          drop tensors whose name matches (repeatable)
+  --json                   print a machine-readable report on stdout
+  -q, --quiet              print nothing but errors (no progress bar)
+  --debug                  show stack traces of errors
+  -h, --help               show this help
+  -V, --version            show the version
 ${optionLines.length > 0 ? `\nFormat options:\n${optionLines.join("\n")}\n` : ""}
 Formats:
 ${formatLines.join("\n")}
 
-Exit status: 0 on success, 1 when an input is refused or a conversion fails, 2 on a usage error.
-The output is written to a temporary file beside it and renamed into place only on success.
+Exit status: 0 on success, 1 when an input is refused or a conversion fails (in a batch: when any
+file failed), 2 on a usage error. Outputs are written to a temporary file beside them and renamed
+into place only on success; a refused input or Ctrl-C leaves nothing behind.
 `;
 }
 
@@ -183,7 +257,7 @@ function infoJson(report: FileReport): object {
 }
 
 function infoTable(file: string, report: FileReport): string {
-  const rows = report.tensors.map((t) => [t.name, t.dtype, `[${t.shape.join(", ")}]`, String(t.byteLength)]);
+  const rows = report.tensors.map((t) => [t.name, t.dtype, `[${t.shape.join(", ")}]`, t.byteLength.toLocaleString("en-US")]);
   const header = ["name", "dtype", "shape", "bytes"];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) =>
@@ -197,7 +271,12 @@ function infoTable(file: string, report: FileReport): string {
     parameters += t.shape.reduce((n, d) => n * BigInt(d), 1n);
     bytes += t.byteLength;
   }
-  const metadata = report.metadata === null ? "none" : Object.entries(report.metadata).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ") || "{}";
+  const metadata =
+    report.metadata === null
+      ? "none"
+      : Object.entries(report.metadata)
+          .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+          .join(", ") || "{}";
   return [
     `${file}: ${report.format}`,
     `metadata: ${metadata}`,
@@ -205,18 +284,22 @@ function infoTable(file: string, report: FileReport): string {
     line(header),
     ...rows.map(line),
     "",
-    `${report.tensors.length} tensors, ${parameters.toLocaleString("en-US")} parameters, ${formatBytes(bytes)}`,
+    `${report.tensors.length} tensors, ${parameters.toLocaleString("en-US")} parameters, ${formatSize(bytes)} (${bytes.toLocaleString("en-US")} bytes)`,
     "",
   ].join("\n");
 }
 
-function formatBytes(bytes: number): string {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let value = bytes;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit++;
+function batchReport(summary: BatchSummary, quiet: boolean): string {
+  const lines: string[] = [];
+  if (!quiet) {
+    for (const job of summary.converted) lines.push(`  ${summary.dryRun ? "would convert" : "converted"}: ${job.input} -> ${job.output}`);
+    for (const job of summary.skipped) lines.push(`  skipped: ${job.input} -> ${job.output}: ${job.reason}`);
   }
-  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]} (${bytes.toLocaleString("en-US")} bytes)`;
+  for (const job of summary.failed) lines.push(`  failed: ${job.message}`);
+  const total = summary.converted.length + summary.skipped.length + summary.failed.length;
+  const verb = summary.dryRun ? "would convert" : "converted";
+  lines.push(
+    `st-convert: ${verb} ${summary.converted.length}, skipped ${summary.skipped.length}, failed ${summary.failed.length} (of ${total} files)${summary.stopped ? "; stopped before the end" : ""}`,
+  );
+  return `${lines.join("\n")}\n`;
 }

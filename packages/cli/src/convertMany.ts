@@ -1,0 +1,214 @@
+/**
+ * Batch conversion: many inputs (files or folders, searched recursively) into one output folder,
+ * keeping the relative layout. Every file is attempted; the summary says what was converted,
+ * skipped and failed, and why.
+ */
+import { mkdir, readdir, stat } from "node:fs/promises";
+import { basename, join, relative, resolve } from "node:path";
+import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
+import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
+import { FORMATS, formatByExtension, formatByName } from "./formats.js";
+
+/** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
+export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgress"> {
+  /** The folder that receives the outputs (created if needed). */
+  outDir: string;
+  /** The output format's name, e.g. `"safetensors"`. */
+  to: string;
+  /** Conversions run at once. Default 2 (conversions are mostly I/O). */
+  jobs?: number;
+  /** Plan and report, write nothing. Default false. */
+  dryRun?: boolean;
+  /** Receives what happens, as it happens. */
+  onEvent?: (event: BatchEvent) => void;
+}
+
+/** One planned conversion. */
+export interface BatchJob {
+  input: string;
+  output: string;
+}
+
+/** What {@link convertMany} reports while it works. */
+export type BatchEvent =
+  | { type: "planned"; jobs: readonly BatchJob[] }
+  | { type: "start"; job: BatchJob; index: number }
+  | { type: "progress"; job: BatchJob; done: number; total: number }
+  | { type: "converted"; job: BatchJob; result: ConvertResult }
+  | { type: "skipped"; job: BatchJob; reason: string }
+  | { type: "failed"; job: BatchJob; error: unknown; message: string };
+
+/** The outcome of a batch. `failed` is empty when everything attempted succeeded or was skipped. */
+export interface BatchSummary {
+  dryRun: boolean;
+  /** Conversions done (in a dry run: the ones that would be done). */
+  converted: (BatchJob & { tensors?: number; bytes?: number })[];
+  skipped: (BatchJob & { reason: string })[];
+  failed: (Partial<BatchJob> & { input: string; code: string; message: string })[];
+  /** True when a signal stopped the batch before every file was attempted. */
+  stopped: boolean;
+}
+
+/** Default number of conversions at once. */
+export const DEFAULT_JOBS = 2;
+
+/**
+ * Converts every input (a file, or a folder searched recursively for files of a known format)
+ * into `outDir`, as `to`. Never throws for a single file's failure: it is in the summary.
+ * @throws StConvertError `UnknownFormat` for an unknown `to`, `InvalidArgument` for a bad `jobs`.
+ */
+export async function convertMany(inputs: readonly string[], options: ConvertManyOptions): Promise<BatchSummary> {
+  const formats = options.formats ?? FORMATS;
+  const to = formatByName(options.to, formats);
+  const jobs = options.jobs ?? DEFAULT_JOBS;
+  if (!Number.isInteger(jobs) || jobs < 1) throw new StConvertError("InvalidArgument", `--jobs must be a whole number of at least 1, got ${jobs}`);
+  const emit = options.onEvent ?? (() => {});
+  const summary: BatchSummary = { dryRun: options.dryRun ?? false, converted: [], skipped: [], failed: [], stopped: false };
+
+  const { planned, problems } = await planBatch(inputs, options.outDir, to, formats);
+  for (const problem of problems) {
+    summary.failed.push(problem);
+    emit({ type: "failed", job: { input: problem.input, output: problem.output ?? "" }, error: undefined, message: problem.message });
+  }
+  emit({ type: "planned", jobs: planned });
+
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < planned.length) {
+      if (options.signal?.aborted === true) {
+        summary.stopped = true;
+        return;
+      }
+      const index = next++;
+      const job = planned[index]!;
+      emit({ type: "start", job, index });
+      await runJob(job, options, summary, emit);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(jobs, Math.max(planned.length, 1)) }, worker));
+  if (options.signal?.aborted === true && summary.converted.length + summary.skipped.length + summary.failed.length < planned.length + problems.length) {
+    summary.stopped = true;
+  }
+  return summary;
+}
+
+async function runJob(job: BatchJob, options: ConvertManyOptions, summary: BatchSummary, emit: (event: BatchEvent) => void): Promise<void> {
+  if (options.dryRun === true) {
+    if (options.force !== true && (await exists(job.output))) {
+      const reason = "the output exists (--force replaces it)";
+      summary.skipped.push({ ...job, reason });
+      emit({ type: "skipped", job, reason });
+    } else {
+      summary.converted.push({ ...job });
+    }
+    return;
+  }
+  try {
+    await mkdir(resolve(job.output, ".."), { recursive: true });
+    const result = await convert(job.input, job.output, {
+      ...options,
+      to: options.to,
+      onProgress: (done, total) => emit({ type: "progress", job, done, total }),
+    });
+    summary.converted.push({ ...job, tensors: result.tensors, bytes: result.bytes });
+    emit({ type: "converted", job, result });
+  } catch (error) {
+    if (isStConvertError(error) && error.code === "OutputExists") {
+      const reason = "the output exists (--force replaces it)";
+      summary.skipped.push({ ...job, reason });
+      emit({ type: "skipped", job, reason });
+      return;
+    }
+    const message = describeError(error);
+    summary.failed.push({ ...job, code: isStConvertError(error) ? error.code : "Internal", message });
+    emit({ type: "failed", job, error, message });
+  }
+}
+
+/** One line for a failure: the error's own message (file, tensor, rule) and its code. */
+export function describeError(error: unknown): string {
+  if (isStConvertError(error)) return `${error.message} [${error.code}]`;
+  return `internal error: ${error instanceof Error ? error.message : String(error)} (please report this)`;
+}
+
+/**
+ * Expands inputs into conversions: a folder gives every file below it whose extension names a
+ * known format (hidden entries and the output folder itself are skipped; symbolic links to folders
+ * are not followed, which rules out cycles); a file is taken whatever its name. Outputs keep the
+ * layout relative to the folder given, with the output format's extension.
+ */
+export async function planBatch(
+  inputs: readonly string[],
+  outDir: string,
+  to: TensorFormat,
+  formats: readonly TensorFormat[] = FORMATS,
+): Promise<{ planned: BatchJob[]; problems: BatchSummary["failed"] }> {
+  const planned: BatchJob[] = [];
+  const problems: BatchSummary["failed"] = [];
+  const outputs = new Map<string, string>();
+  const outRoot = resolve(outDir);
+  const add = (input: string, relativePath: string): void => {
+    const output = join(outDir, withExtension(relativePath, to, formats));
+    const key = resolve(output);
+    const first = outputs.get(key);
+    if (first !== undefined) {
+      problems.push({ input, output, code: "InvalidArgument", message: `${input}: converts to the same output as ${first} (${output}) [InvalidArgument]` });
+      return;
+    }
+    if (key === resolve(input)) {
+      problems.push({ input, output, code: "InvalidArgument", message: `${input}: the output would be the input itself [InvalidArgument]` });
+      return;
+    }
+    outputs.set(key, input);
+    planned.push({ input, output });
+  };
+
+  for (const input of inputs) {
+    let info;
+    try {
+      info = await stat(input);
+    } catch {
+      problems.push({ input, code: "Io", message: `${input}: no such file or directory [Io]` });
+      continue;
+    }
+    if (!info.isDirectory()) {
+      add(input, basename(input));
+      continue;
+    }
+    for (const file of await walk(input, outRoot, formats)) add(file, relative(input, file));
+  }
+  return { planned, problems };
+}
+
+async function walk(dir: string, outRoot: string, formats: readonly TensorFormat[]): Promise<string[]> {
+  if (resolve(dir) === outRoot) return [];
+  const entries = await readdir(dir, { withFileTypes: true });
+  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const files: string[] = [];
+  for (const entry of entries) {
+    if (entry.name.startsWith(".")) continue;
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) files.push(...(await walk(path, outRoot, formats)));
+    else if ((entry.isFile() || entry.isSymbolicLink()) && formatByExtension(entry.name, formats) !== undefined) {
+      if (entry.isSymbolicLink() && !(await stat(path).then((s) => s.isFile(), () => false))) continue;
+      files.push(path);
+    }
+  }
+  return files;
+}
+
+/** `a/b.npz` → `a/b.safetensors`: the known input extension replaced, or the output's appended. */
+function withExtension(path: string, to: TensorFormat, formats: readonly TensorFormat[]): string {
+  const from = formatByExtension(path, formats);
+  const lower = path.toLowerCase();
+  const ext = from?.extensions.filter((e) => lower.endsWith(e)).sort((a, b) => b.length - a.length)[0];
+  const stem = ext === undefined ? path : path.slice(0, path.length - ext.length);
+  return `${stem}${to.extensions[0] ?? `.${to.name}`}`;
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}

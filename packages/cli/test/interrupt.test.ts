@@ -1,0 +1,52 @@
+import { spawn } from "node:child_process";
+import { closeSync, openSync, readdirSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { convert } from "st-convert";
+import { CLI_PATH, makeTempDir } from "@st-convert/testing";
+
+let dir: string;
+let cleanup: () => void;
+beforeEach(() => ({ dir, cleanup } = makeTempDir()));
+afterEach(() => cleanup());
+
+/** A valid safetensors file of `bytes` zero bytes of U8 data, sparse on disk. */
+function sparseSafetensors(path: string, bytes: number): void {
+  let header = `{"big":{"dtype":"U8","shape":[${bytes}],"data_offsets":[0,${bytes}]}}`;
+  header += " ".repeat((8 - (header.length % 8)) % 8);
+  const prefix = Buffer.alloc(8 + header.length);
+  prefix.writeBigUInt64LE(BigInt(header.length));
+  prefix.write(header, 8, "latin1");
+  const fd = openSync(path, "w");
+  writeSync(fd, prefix);
+  writeSync(fd, Buffer.alloc(1), 0, 1, prefix.length + bytes - 1);
+  closeSync(fd);
+}
+
+describe("interrupting a conversion", () => {
+  it("an aborted convert() rejects with Aborted and leaves no output or temporary file", async () => {
+    const input = join(dir, "in.safetensors");
+    sparseSafetensors(input, 64 * 1024 * 1024);
+    const controller = new AbortController();
+    await expect(
+      convert(input, join(dir, "out.safetensors"), { signal: controller.signal, onProgress: () => controller.abort() }),
+    ).rejects.toMatchObject({ code: "Aborted" });
+    expect(readdirSync(dir)).toEqual(["in.safetensors"]);
+  });
+
+  it("Ctrl-C (SIGINT) stops the command with status 130 and leaves nothing behind", async () => {
+    const input = join(dir, "in.safetensors");
+    sparseSafetensors(input, 2 * 1024 * 1024 * 1024);
+    const child = spawn(process.execPath, [CLI_PATH, input, join(dir, "out.safetensors")], { stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    // Wait until the temporary output exists, i.e. the conversion is under way.
+    const deadline = Date.now() + 10_000;
+    while (!readdirSync(dir).some((f) => f.endsWith(".tmp")) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    child.kill("SIGINT");
+    expect(await exited).toBe(130);
+    expect(readdirSync(dir)).toEqual(["in.safetensors"]);
+    expect(stderr).toMatch(/stopped|Aborted/);
+  });
+});
