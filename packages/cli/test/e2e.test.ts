@@ -1,0 +1,83 @@
+/**
+ * End to end, as a new user: pack every published package, install the tarballs with npm into an
+ * empty folder, and run `npx st-convert` there. Outputs are checked with the reference Python
+ * where one is present.
+ */
+import { spawnSync } from "node:child_process";
+import { copyFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { REPO_ROOT, fixturePath, makeTempDir, referencePython, runPython, safetensorsFile } from "@st-convert/testing";
+
+const { dir, cleanup } = makeTempDir("st-convert-e2e-");
+const app = join(dir, "app");
+
+function sh(command: string, args: string[], cwd: string): { status: number; stdout: string; stderr: string } {
+  const result = spawnSync(command, args, { cwd, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", npm_config_update_notifier: "false", npm_config_fund: "false", npm_config_audit: "false" } });
+  return { status: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
+}
+
+const npx = (...args: string[]) => sh("npx", ["--no-install", "st-convert", ...args], app);
+
+describe("installed from the packed tarballs", () => {
+  beforeAll(() => {
+    const tarballs = join(dir, "tarballs");
+    const pack = sh("pnpm", ["-r", "--filter", "!@st-convert/testing", "--filter", "!st-convert-monorepo", "pack", "--pack-destination", tarballs], REPO_ROOT);
+    if (pack.status !== 0) throw new Error(`pnpm pack failed:\n${pack.stderr}`);
+    mkdirSync(app);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "e2e-app", version: "1.0.0", private: true, type: "module" }));
+    const files = readdirSync(tarballs).map((f) => join(tarballs, f));
+    const install = sh("npm", ["install", "--no-audit", "--no-fund", ...files], app);
+    if (install.status !== 0) throw new Error(`npm install failed:\n${install.stderr}`);
+  }, 180_000);
+  afterAll(cleanup);
+
+  it("packs every published package with exact versions instead of workspace ranges", () => {
+    const lock = JSON.parse(readFileSync(join(app, "node_modules", "st-convert", "package.json"), "utf8")) as { dependencies: Record<string, string> };
+    expect(Object.keys(lock.dependencies).sort()).toEqual(["@st-convert/core", "@st-convert/flax", "@st-convert/json", "@st-convert/npy"]);
+    for (const range of Object.values(lock.dependencies)) expect(range).toMatch(/^\d+\.\d+\.\d+$/);
+  });
+
+  it("npx st-convert --help", () => {
+    const run = npx("--help");
+    expect(run.status).toBe(0);
+    expect(run.stdout).toContain("st-convert <input> <output>");
+  });
+
+  it("converts a file and lists it with info", () => {
+    copyFileSync(fixturePath("safetensors", "mixed.safetensors"), join(app, "in.safetensors"));
+    const run = npx("in.safetensors", "out.safetensors");
+    expect(run.status, run.stderr).toBe(0);
+    expect(readFileSync(join(app, "out.safetensors")).equals(readFileSync(fixturePath("safetensors", "mixed.safetensors")))).toBe(true);
+    const info = npx("info", "out.safetensors", "--json");
+    expect(JSON.parse(info.stdout)).toMatchObject({ format: "safetensors", metadata: { format: "pt" } });
+    const python = referencePython();
+    if (python !== undefined) {
+      const view = JSON.parse(runPython(python, "reference_safetensors.py", ["read", join(app, "out.safetensors")])) as { ok: boolean; tensors: unknown[] };
+      expect(view).toMatchObject({ ok: true });
+      expect(view.tensors).toHaveLength(8);
+    }
+  });
+
+  it("converts a folder in a batch, naming the broken file and exiting 1", () => {
+    const folder = join(app, "checkpoints");
+    mkdirSync(join(folder, "a"), { recursive: true });
+    copyFileSync(fixturePath("safetensors", "mixed.safetensors"), join(folder, "a", "m.safetensors"));
+    copyFileSync(fixturePath("safetensors", "all_dtypes.safetensors"), join(folder, "all.safetensors"));
+    writeFileSync(join(folder, "broken.safetensors"), safetensorsFile('{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,8]}}', 8));
+    const run = npx("checkpoints", "--out-dir", "converted", "--to", "safetensors");
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/failed: .*broken\.safetensors: tensor "w"/);
+    expect(run.stderr).toMatch(/converted 2, skipped 0, failed 1/);
+    expect(readdirSync(join(app, "converted"), { recursive: true }).map(String).sort()).toEqual(["a", "a/m.safetensors", "all.safetensors"]);
+  });
+
+  it("the library API imports from the installed package", () => {
+    writeFileSync(
+      join(app, "api.mjs"),
+      `import { inspect } from "st-convert";\nimport { DTYPES } from "@st-convert/core";\nconst r = await inspect("in.safetensors");\nconsole.log(r.tensors.length, DTYPES.length);\n`,
+    );
+    const run = sh(process.execPath, ["api.mjs"], app);
+    expect(run.stdout.trim()).toBe("8 22");
+  });
+});
