@@ -132,3 +132,4 @@ export function runReadmeSynopsis(packageDir: string): string {
     work.cleanup();
   }
 }
+export { FUZZ_INPUT_TIMEOUT_MS, type FuzzTarget, fuzzReader, fuzzRuns, fuzzSeed } from "./fuzz.js";
