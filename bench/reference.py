@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Benchmark inputs and the Python reference pipelines that `pnpm bench` times against st-convert.
+
+    reference.py gen KIND OUT BYTES       make an input of about BYTES bytes with the reference tools
+    reference.py run PIPELINE IN OUT      run one reference pipeline (what a Python user would type)
+
+Inputs are made by the reference tools themselves (numpy, safetensors, flax) where memory allows;
+files past 2 GiB are streamed to disk so that making an 8 GiB input does not need 16 GiB of RAM.
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+
+BLOCK = 64 * 1024 * 1024  # bytes of random data generated at a time
+
+
+def random_block(nbytes: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(nbytes // 4, dtype=np.float32).tobytes()
+
+
+def write_stream(f, nbytes: int, seed: int = 0) -> None:
+    block = random_block(min(BLOCK, nbytes), seed)
+    left = nbytes
+    while left:
+        n = min(len(block), left)
+        f.write(block[:n])
+        left -= n
+
+
+def shapes_for(nbytes: int, count: int = 4):
+    """`count` F32 tensors that add up to about nbytes, as (rows, 1024) matrices."""
+    rows = max(1, nbytes // 4 // 1024 // count)
+    return [(rows, 1024)] * count
+
+
+def gen_safetensors(out: str, nbytes: int, count: int = 4) -> None:
+    # Laid out as the reference writer lays it out (same dtype: order by name), streamed to disk.
+    header = {}
+    offset = 0
+    shapes = shapes_for(nbytes, count)
+    for i, shape in enumerate(shapes):
+        size = shape[0] * shape[1] * 4
+        header[f"layer{i}.weight"] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(out, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        write_stream(f, offset)
+
+
+def gen_many(out: str, count: int) -> None:
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(1)
+    tensors = {f"model.layers.{i // 10}.block.{i % 10}.weight": rng.standard_normal((4, 4)).astype(np.float32) for i in range(count)}
+    save_file(tensors, out)
+
+
+def gen_npy(out: str, nbytes: int, fortran: bool) -> None:
+    rows = max(1, nbytes // 4 // 4096)
+    array = np.lib.format.open_memmap(out, mode="w+", dtype=np.float32, shape=(rows, 4096), fortran_order=fortran)
+    step = max(1, BLOCK // 4 // 4096)
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        array[start:stop] = np.frombuffer(random_block((stop - start) * 4096 * 4, start), dtype=np.float32).reshape(stop - start, 4096)
+    array.flush()
+
+
+def gen_npz(out: str, nbytes: int, compressed: bool) -> None:
+    rng = np.random.default_rng(2)
+    arrays = {}
+    for i, shape in enumerate(shapes_for(nbytes)):
+        if compressed:
+            # Weights quantized to a few levels: compressible, as real checkpoints partly are.
+            arrays[f"layer{i}.weight"] = (rng.integers(-8, 8, shape, dtype=np.int8).astype(np.float32) / 8)
+        else:
+            arrays[f"layer{i}.weight"] = rng.standard_normal(shape, dtype=np.float32)
+    (np.savez_compressed if compressed else np.savez)(out, **arrays)
+
+
+def gen_flax(out: str, nbytes: int) -> None:
+    from flax import serialization
+
+    rng = np.random.default_rng(3)
+    tree = {"params": {f"Dense_{i}": {"kernel": rng.standard_normal(shape, dtype=np.float32)} for i, shape in enumerate(shapes_for(nbytes))}}
+    with open(out, "wb") as f:
+        f.write(serialization.msgpack_serialize(tree))
+
+
+def run(pipeline: str, src: str, out: str) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    if pipeline == "st2st":
+        save_file(load_file(src), out)
+    elif pipeline == "npy2st":
+        save_file({"x": np.load(src)}, out)
+    elif pipeline == "npz2st":
+        with np.load(src) as npz:
+            save_file({k: npz[k] for k in npz.files}, out)
+    elif pipeline == "npz-load":
+        with np.load(src) as npz:
+            for k in npz.files:
+                npz[k]
+    elif pipeline == "fortran-contiguous":
+        np.ascontiguousarray(np.load(src))
+    elif pipeline == "fortran2st":
+        save_file({"x": np.ascontiguousarray(np.load(src))}, out)
+    elif pipeline == "flax2st":
+        from flax import serialization, traverse_util
+
+        with open(src, "rb") as f:
+            tree = serialization.msgpack_restore(f.read())
+        save_file({".".join(k): v for k, v in traverse_util.flatten_dict(tree).items()}, out)
+    elif pipeline == "keys":
+        from safetensors import safe_open
+
+        with safe_open(src, "np") as f:
+            print(len(list(f.keys())))
+    elif pipeline == "json-dumps":
+        tensors = load_file(src)
+        with open(out, "w") as f:
+            f.write(json.dumps({k: v.tolist() for k, v in tensors.items()}))
+    else:
+        raise SystemExit(f"unknown pipeline {pipeline}")
+
+
+def main() -> None:
+    command, *args = sys.argv[1:]
+    if command == "gen":
+        kind, out, nbytes = args[0], args[1], int(args[2])
+        if kind == "safetensors":
+            gen_safetensors(out, nbytes)
+        elif kind == "many":
+            gen_many(out, nbytes)
+        elif kind in ("npy", "npy-fortran"):
+            gen_npy(out, nbytes, kind == "npy-fortran")
+        elif kind in ("npz", "npz-compressed"):
+            gen_npz(out, nbytes, kind == "npz-compressed")
+        elif kind == "flax":
+            gen_flax(out, nbytes)
+        else:
+            raise SystemExit(f"unknown kind {kind}")
+    elif command == "run":
+        run(*args)
+    else:
+        raise SystemExit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main()

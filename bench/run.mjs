@@ -1,0 +1,212 @@
+// `pnpm bench`: times st-convert's conversion paths against `cp` of the same file and against the
+// Python reference pipeline, in the same run, interleaved, and writes docs/benchmarks.md.
+//
+//   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--out docs/benchmarks.md]
+//
+// Inputs are made by the reference tools (bench/reference.py) in bench-out/ (gitignored) and
+// removed at the end. Figures are medians; peak RSS comes from /usr/bin/time. The page cache is
+// warm (inputs were just written) and nothing is fsynced, for every contestant alike.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { cpus, release, totalmem } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const { values } = parseArgs({
+  options: {
+    size: { type: "string", default: "1GiB" },
+    runs: { type: "string", default: "5" },
+    only: { type: "string" },
+    big: { type: "string" },
+    out: { type: "string", default: "docs/benchmarks.md" },
+    dir: { type: "string", default: "bench-out" },
+  },
+});
+
+const size = parseSize(values.size);
+const runs = Number(values.runs);
+const work = join(root, values.dir);
+const cli = join(root, "packages", "cli", "dist", "cli.js");
+const python = process.env.ST_CONVERT_REF_PYTHON ?? (existsSync(join(root, ".venv-ref/bin/python")) ? join(root, ".venv-ref/bin/python") : undefined);
+const timeBin = existsSync("/usr/bin/time") ? "/usr/bin/time" : undefined;
+const formats = spawnSync(process.execPath, [cli, "--help"], { encoding: "utf8" }).stdout;
+
+function parseSize(text) {
+  const m = /^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?$/i.exec(text);
+  if (!m) throw new Error(`--size ${text}: expected e.g. 512MiB or 1GiB`);
+  const unit = { b: 1, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3 }[(m[2] ?? "B").toLowerCase()];
+  return Math.round(Number(m[1]) * unit);
+}
+
+const hasFormat = (name) => new RegExp(`^\\s+${name}\\s`, "m").test(formats);
+
+/**
+ * The paths. `kind` is the input bench/reference.py makes; `baselines` run with the same input;
+ * `reference` names the Python pipeline whose safetensors output must equal ours byte for byte;
+ * `target` is the issue's goal as [baseline label, largest ratio ours/baseline].
+ */
+const cases = [
+  { name: "safetensors → safetensors", kind: "safetensors", input: "model.safetensors", output: "out.safetensors", format: "safetensors", baselines: ["cp", "py:st2st"], reference: "st2st", target: ["cp", 1.5] },
+  { name: "npy → safetensors", kind: "npy", input: "x.npy", output: "out.safetensors", format: "npy", baselines: ["cp", "py:npy2st"], reference: "npy2st", target: ["cp", 1.5] },
+  { name: "npz (stored) → safetensors", kind: "npz", input: "model.npz", output: "out.safetensors", format: "npz", baselines: ["cp", "py:npz2st"], reference: "npz2st", target: ["cp", 1.5] },
+  { name: "npz (deflated) → safetensors", kind: "npz-compressed", input: "model.npz", output: "out.safetensors", format: "npz", baselines: ["py:npz-load", "py:npz2st"], reference: "npz2st", target: ["py:npz-load", 1.2] },
+  { name: "npy Fortran order → safetensors", kind: "npy-fortran", input: "x.npy", output: "out.safetensors", format: "npy", baselines: ["py:fortran-contiguous", "py:fortran2st"], reference: "fortran2st", target: ["py:fortran-contiguous", 2] },
+  { name: "flax msgpack → safetensors", kind: "flax", input: "flax_model.msgpack", output: "out.safetensors", format: "flax", baselines: ["cp", "py:flax2st"], reference: "flax2st", target: ["cp", 1.5] },
+  { name: "info, 10,000 tensors (process start included)", kind: "many", count: 10_000, input: "many.safetensors", info: true, format: "safetensors", baselines: ["py:keys"], target: ["py:keys", 2] },
+  { name: "safetensors → JSON, one 256 MiB F32 tensor", kind: "safetensors", bytes: 256 * 1024 ** 2, count: 1, input: "t.safetensors", output: "out.json", format: "json", baselines: ["py:json-dumps"], target: ["py:json-dumps", 1] },
+];
+
+const LABELS = {
+  cp: "cp",
+  "py:st2st": "Python load_file + save_file",
+  "py:npy2st": "np.load + save_file",
+  "py:npz2st": "np.load(npz) + save_file",
+  "py:npz-load": "np.load(npz), all members",
+  "py:fortran-contiguous": "np.load + np.ascontiguousarray",
+  "py:fortran2st": "np.load + ascontiguousarray + save_file",
+  "py:flax2st": "msgpack_restore + flatten + save_file",
+  "py:keys": "safe_open(...).keys()",
+  "py:json-dumps": "load_file + json.dumps(a.tolist())",
+};
+
+function measure(command, args) {
+  const timeFile = join(work, ".time");
+  const argv = timeBin ? [timeBin, "-f", "%M", "-o", timeFile, command, ...args] : [command, ...args];
+  const start = process.hrtime.bigint();
+  const run = spawnSync(argv[0], argv.slice(1), { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+  if (run.status !== 0) throw new Error(`${argv.join(" ")} failed (${run.status}):\n${run.stderr}`);
+  const rssKiB = timeBin ? Number(readFileSync(timeFile, "utf8").trim().split("\n").pop()) : NaN;
+  return { seconds, rssMiB: rssKiB / 1024 };
+}
+
+function variantCommand(variant, c, input, output) {
+  if (variant === "ours") return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet"]];
+  if (variant === "cp") return ["cp", [input, output]];
+  return [python, [join(root, "bench", "reference.py"), "run", variant.slice(3), input, output]];
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+const sha = (path) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+function gen(c, bytes, dir) {
+  const input = join(dir, c.input);
+  const amount = c.kind === "many" ? c.count : bytes;
+  const args = [join(root, "bench", "reference.py"), "gen", c.kind, input, String(amount)];
+  if (c.count !== undefined && c.kind === "safetensors") args.push(String(c.count));
+  const run = spawnSync(python, args, { encoding: "utf8" });
+  if (run.status !== 0) throw new Error(`making ${c.input} failed:\n${run.stderr}`);
+  return input;
+}
+
+function runCase(c) {
+  const dir = join(work, c.kind);
+  mkdirSync(dir, { recursive: true });
+  const input = gen(c, c.bytes ?? size, dir);
+  const output = join(dir, c.output ?? "unused");
+  const inputBytes = statSync(input).size;
+  const variants = ["ours", ...c.baselines.filter((b) => b === "cp" || python !== undefined)];
+  const results = Object.fromEntries(variants.map((v) => [v, []]));
+  for (let r = 0; r < runs; r++) {
+    for (let k = 0; k < variants.length; k++) {
+      const variant = variants[(k + r) % variants.length]; // interleaved, rotating order
+      const [cmd, args] = variantCommand(variant, c, input, output);
+      results[variant].push(measure(cmd, args));
+      rmSync(output, { force: true });
+    }
+  }
+  let identical;
+  if (c.reference !== undefined && python !== undefined) {
+    const theirs = join(dir, "reference.safetensors");
+    measure(...variantCommand(`py:${c.reference}`, c, input, theirs));
+    measure(...variantCommand("ours", c, input, output));
+    identical = sha(theirs) === sha(output);
+    rmSync(theirs, { force: true });
+    rmSync(output, { force: true });
+  }
+  rmSync(dir, { recursive: true, force: true });
+  const summary = Object.fromEntries(
+    Object.entries(results).map(([v, xs]) => [v, { seconds: median(xs.map((x) => x.seconds)), rssMiB: median(xs.map((x) => x.rssMiB)), all: xs.map((x) => x.seconds) }]),
+  );
+  return { c, inputBytes, summary, identical };
+}
+
+function bigRss(bytes) {
+  const rows = [];
+  for (const c of cases.filter((c) => c.baselines.includes("cp") && hasFormat(c.format))) {
+    const dir = join(work, `big-${c.kind}`);
+    mkdirSync(dir, { recursive: true });
+    const input = gen(c, bytes, dir);
+    const output = join(dir, c.output);
+    const ours = measure(...variantCommand("ours", c, input, output));
+    rmSync(output, { force: true });
+    const cp = measure("cp", [input, output]);
+    rows.push({ name: c.name, inputBytes: statSync(input).size, ours, cp });
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return rows;
+}
+
+const mib = (b) => b / 1024 ** 2;
+const fmt = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "n/a");
+
+function report(rows, big) {
+  const pyVersions = python
+    ? spawnSync(python, ["-c", "import numpy, safetensors, flax, sys; print(f'Python {sys.version.split()[0]}, numpy {numpy.__version__}, safetensors {safetensors.__version__}, flax {flax.__version__}')"], { encoding: "utf8" }).stdout.trim()
+    : "no reference Python (Python baselines skipped)";
+  const lines = [
+    "# Benchmarks",
+    "",
+    `Written by \`pnpm bench\` (bench/run.mjs) on ${new Date().toISOString().slice(0, 10)}. Rerun it to refresh this page.`,
+    "",
+    `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of ${runs} interleaved runs.`,
+    `- Node ${process.version}; ${pyVersions}.`,
+    `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, no fsync, for every contestant.`,
+    "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
+    "",
+    "| path | input | st-convert | MiB/s | peak RSS | baseline | baseline time | ratio | target | met | same bytes as the reference |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+  ];
+  for (const { c, inputBytes, summary, identical } of rows) {
+    const ours = summary.ours;
+    for (const [i, b] of c.baselines.entries()) {
+      const base = summary[b];
+      const ratio = base ? ours.seconds / base.seconds : NaN;
+      const isTarget = c.target[0] === b;
+      const met = !base ? "n/a" : ratio <= (isTarget ? c.target[1] : 1) ? "yes" : "**no**";
+      lines.push(
+        `| ${i === 0 ? c.name : ""} | ${i === 0 ? `${fmt(mib(inputBytes), 0)} MiB` : ""} | ${i === 0 ? `${fmt(ours.seconds)} s` : ""} | ${i === 0 && !c.info ? fmt(mib(inputBytes) / ours.seconds, 0) : ""} | ${i === 0 ? `${fmt(ours.rssMiB, 0)} MiB` : ""} | ${LABELS[b]} | ${base ? `${fmt(base.seconds)} s (${fmt(base.rssMiB, 0)} MiB)` : "not run"} | ${fmt(ratio)} | ${isTarget ? `≤ ${c.target[1]}×` : b.startsWith("py:") ? "faster" : ""} | ${met} | ${i === 0 ? (identical === undefined ? "n/a" : identical ? "yes" : "**no**") : ""} |`,
+      );
+    }
+  }
+  if (big.length > 0) {
+    lines.push("", `## Peak memory at ${fmt(mib(parseSize(values.big)) / 1024, 0)} GiB`, "", "| path | input | st-convert time | peak RSS | cp time |", "|---|---|---|---|---|");
+    for (const r of big) lines.push(`| ${r.name} | ${fmt(mib(r.inputBytes) / 1024, 2)} GiB | ${fmt(r.ours.seconds)} s | ${fmt(r.ours.rssMiB, 0)} MiB | ${fmt(r.cp.seconds)} s |`);
+  }
+  lines.push("", "Raw times (seconds, in run order):", "");
+  for (const { c, summary } of rows) lines.push(`- ${c.name}: ${Object.entries(summary).map(([v, s]) => `${v === "ours" ? "st-convert" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`).join("; ")}`);
+  return `${lines.join("\n")}\n`;
+}
+
+mkdirSync(work, { recursive: true });
+if (python === undefined) console.warn("bench: no reference Python; inputs cannot be made (create .venv-ref as the README says)");
+const selected = cases.filter((c) => (values.only === undefined || c.name.includes(values.only)) && hasFormat(c.format));
+for (const c of cases.filter((c) => !hasFormat(c.format))) console.warn(`bench: skipping "${c.name}": format ${c.format} is not registered`);
+const rows = [];
+for (const c of selected) {
+  console.log(`bench: ${c.name} …`);
+  const row = runCase(c);
+  rows.push(row);
+  console.log(`  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}`);
+}
+const big = values.big === undefined ? [] : bigRss(parseSize(values.big));
+rmSync(work, { recursive: true, force: true });
+writeFileSync(resolve(root, values.out), report(rows, big));
+console.log(`bench: wrote ${values.out}`);
