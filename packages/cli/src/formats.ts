@@ -3,9 +3,10 @@
  * CLI and the `convert()` API works through the `TensorFormat` interface.
  */
 import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat } from "@st-convert/core";
+import { flaxFormat } from "@st-convert/flax";
 
 /** Every format st-convert reads and writes, in the order `--help` lists them. */
-export const FORMATS: readonly TensorFormat[] = [safetensorsFormat];
+export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, flaxFormat];
 
 /** The format called `name` (as in `--from`/`--to`), case-insensitive. */
 export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {

@@ -1,2 +1,19 @@
-/** Work in progress: see the package README. */
-export {};
+/**
+ * `@st-convert/flax`: flax msgpack checkpoints (`flax.serialization`) to and from the tensor model
+ * of st-convert, streaming both ways.
+ */
+export {
+  CHUNKED_ARRAY_MARKER,
+  type FlaxErrorCode,
+  type FlaxFile,
+  type FlaxReadOptions,
+  type FlaxTensor,
+  MAX_ARRAYS,
+  MAX_DEPTH,
+  MAX_NAME_LENGTH,
+  MAX_RANK,
+  MAX_WARNINGS,
+  readFlax,
+} from "./readFlax.js";
+export { type FlaxWriteOptions, MAX_CHUNK_SIZE, serializeFlax, writeFlax } from "./writeFlax.js";
+export { flaxFormat, sniffFlax } from "./flaxFormat.js";
