@@ -55,6 +55,12 @@ export class MsgpackCursor {
   bool = false;
   /** Offset where the last header began (for messages). */
   headerAt = 0;
+  /**
+   * Where the value being read must end: the source's size, or the end of an ext payload whose
+   * inside is being read ({@link within}); counts and lengths past it are refused.
+   */
+  #end: number;
+  #endRule: { code: string; what: string } = { code: "UnexpectedEof", what: "the file" };
 
   #window: Uint8Array = new Uint8Array(0);
   #view: DataView = new DataView(new ArrayBuffer(0));
@@ -65,6 +71,23 @@ export class MsgpackCursor {
   constructor(source: ByteSource, windowSize = WINDOW_SIZE) {
     this.source = source;
     this.#windowSize = windowSize;
+    this.#end = source.size;
+  }
+
+  /**
+   * Reads the inside of an ext payload that ends at `end`: a count or length reaching past it is
+   * refused with `code` (the payload is malformed, not the file truncated).
+   */
+  async within<T>(end: number, code: string, read: () => Promise<T>): Promise<T> {
+    const [savedEnd, savedRule] = [this.#end, this.#endRule];
+    this.#end = end;
+    this.#endRule = { code, what: "its ext payload" };
+    try {
+      return await read();
+    } finally {
+      this.#end = savedEnd;
+      this.#endRule = savedRule;
+    }
   }
 
   /** Bytes between the position and the end of the source. */
@@ -231,10 +254,11 @@ export class MsgpackCursor {
     // Like msgpack-python's unpackb (max_map_len = len/2, max_array_len = len): every entry needs
     // at least one byte per key and value, so a count the rest of the file cannot hold is refused here.
     const needed = tag === Tag.Map ? 2 * count : count;
-    if (needed > this.remaining) {
+    const left = this.#end - this.position;
+    if (needed > left) {
       throw new StConvertError(
-        "UnexpectedEof",
-        `truncated: the ${tag === Tag.Map ? "map" : "array"} at byte ${this.headerAt} declares ${count} entries, but only ${this.remaining} bytes follow`,
+        this.#endRule.code,
+        `${this.#endRule.code === "UnexpectedEof" ? "truncated: " : ""}the ${tag === Tag.Map ? "map" : "array"} at byte ${this.headerAt} declares ${count} entries, but only ${Math.max(0, left)} bytes of ${this.#endRule.what} follow`,
         { file: this.source.name },
       );
     }
@@ -244,11 +268,12 @@ export class MsgpackCursor {
   }
 
   #setPayload(tag: typeof Tag.Str | typeof Tag.Bin | typeof Tag.Ext, length: number): Tag {
-    if (length > this.remaining) {
+    const left = this.#end - this.position;
+    if (length > left) {
       const what = tag === Tag.Str ? "string" : tag === Tag.Bin ? "bin" : "ext";
       throw new StConvertError(
-        "UnexpectedEof",
-        `truncated: the ${what} at byte ${this.headerAt} declares ${length} bytes, but only ${this.remaining} follow`,
+        this.#endRule.code,
+        `${this.#endRule.code === "UnexpectedEof" ? "truncated: " : ""}the ${what} at byte ${this.headerAt} declares ${length} bytes, but only ${Math.max(0, left)} bytes of ${this.#endRule.what} follow`,
         { file: this.source.name },
       );
     }

@@ -39,7 +39,9 @@ export class MsgpackEncoder {
   }
 
   #byte(value: number): void {
-    this.#buffer[this.#reserve(1)] = value;
+    // Reserve first: it may replace the buffer, which must not be read before.
+    const at = this.#reserve(1);
+    this.#buffer[at] = value;
   }
 
   /** A tag followed by a big-endian 1-, 2-, 4- or 8-byte number. */
@@ -89,7 +91,8 @@ export class MsgpackEncoder {
     else if (n <= 0xff) this.#tagged(0xd9, 1, n);
     else if (n <= 0xffff) this.#tagged(0xda, 2, n);
     else this.#tagged(0xdb, 4, n);
-    this.#buffer.set(bytes, this.#reserve(n));
+    const at = this.#reserve(n);
+    this.#buffer.set(bytes, at);
   }
 
   binHeader(length: number): void {
@@ -123,13 +126,15 @@ export class MsgpackEncoder {
     head.binHeader(byteLength);
     const bytes = head.#buffer.subarray(0, head.#length);
     this.extHeader(1, bytes.byteLength + byteLength);
-    this.#buffer.set(bytes, this.#reserve(bytes.byteLength));
+    const at = this.#reserve(bytes.byteLength);
+    this.#buffer.set(bytes, at);
   }
 
   /** Raw bytes (array data): copied into the buffer when small, else written straight to the sink. */
   async raw(bytes: Uint8Array): Promise<void> {
     if (this.#length + bytes.byteLength <= BUFFER_SIZE) {
-      this.#buffer.set(bytes, this.#reserve(bytes.byteLength));
+      const at = this.#reserve(bytes.byteLength);
+      this.#buffer.set(bytes, at);
       if (this.#length === BUFFER_SIZE) await this.flush();
       return;
     }

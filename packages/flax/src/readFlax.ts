@@ -443,6 +443,18 @@ class FlaxWalker {
    * and moves past it.
    */
   async #readArray(payloadLength: number, name: string): Promise<ArrayRef> {
+    if (++this.#arrays > this.#maxArrays) {
+      throw new StConvertError("LimitExceeded", `more than ${this.#maxArrays} arrays in one file`, { tensor: name });
+    }
+    const cursor = this.#cursor;
+    try {
+      return await cursor.within(cursor.position + payloadLength, "InvalidArray", () => this.#arrayPayload(payloadLength, name));
+    } catch (error) {
+      throw withContext(error, { tensor: name });
+    }
+  }
+
+  async #arrayPayload(payloadLength: number, name: string): Promise<ArrayRef> {
     const cursor = this.#cursor;
     const start = cursor.position;
     const end = start + payloadLength;
@@ -450,9 +462,6 @@ class FlaxWalker {
     const fail = (code: string, rule: string): never => {
       throw new StConvertError(code, `${rule} (the ndarray at byte ${at})`, { tensor: name });
     };
-    if (++this.#arrays > this.#maxArrays) {
-      throw new StConvertError("LimitExceeded", `more than ${this.#maxArrays} arrays in one file`, { tensor: name });
-    }
     const inside = () => {
       if (cursor.position > end) fail("InvalidArray", "the payload is shorter than the values it declares");
     };
