@@ -109,12 +109,12 @@ export const flaxFormat: TensorFormat = {
     },
   ],
   sniff: sniffFlax,
-  open: (source, context) =>
+  open: async (source, context) =>
     readFlax(source, {
       sep: stringOption(context.options, "sep"),
       keepScalars: context.options["keep-scalars"] === true,
       onWarning: context.onWarning,
       rootName: fileStem(context.fileName),
     }),
-  write: (tensors, sink, context) => writeFlax(tensors, sink, { sep: stringOption(context.options, "sep"), onWarning: context.onWarning }),
+  write: async (tensors, sink, context) => writeFlax(tensors, sink, { sep: stringOption(context.options, "sep"), onWarning: context.onWarning }),
 };
