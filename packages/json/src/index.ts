@@ -1,2 +1,15 @@
-/** Work in progress: see the package README. */
-export {};
+/**
+ * `@st-convert/json`: a lossless raw-tensor JSON form, to and from safetensors (and every other
+ * st-convert format), streamed both ways.
+ */
+export {
+  type TensorJsonEntry,
+  type TensorJsonFile,
+  type TensorJsonReadOptions,
+  type TensorJsonWriteOptions,
+  jsonFormat,
+  readTensorJson,
+  serializeTensorJson,
+  writeTensorJson,
+} from "./tensorJson.js";
+export { type JsonErrorCode, MAX_JSON_DEPTH, MAX_JSON_HEADER_SIZE, MAX_NUMBER_LENGTH } from "./scanTensorJson.js";

@@ -1,0 +1,153 @@
+/**
+ * A sliding window over a byte range of a `ByteSource`, for tokenizers that run synchronously
+ * over the bytes at hand and ask for more only at the window's end. A token cut by the end of a
+ * window is kept: the next window is appended to the bytes from the token's start.
+ */
+import type { ByteSource } from "@st-convert/core";
+
+const EMPTY = new Uint8Array(0);
+
+export class ByteWindow {
+  /** The bytes at hand; `buf[0]` is at absolute offset `base`. */
+  buf: Uint8Array = EMPTY;
+  base: number;
+  /** The cursor, an index into `buf`. */
+  i = 0;
+  /** Absolute offset of the next byte not yet read from the source. */
+  next: number;
+
+  constructor(
+    readonly source: ByteSource,
+    start: number,
+    /** Absolute offset where the range ends. */
+    readonly end: number,
+    readonly windowSize: number,
+  ) {
+    this.base = start;
+    this.next = start;
+  }
+
+  /** Absolute offset of the cursor. */
+  get position(): number {
+    return this.base + this.i;
+  }
+
+  /** True when no byte is left beyond `buf`. */
+  get drained(): boolean {
+    return this.next >= this.end;
+  }
+
+  /**
+   * Reads the next window and appends it to `buf[keep..]`, which moves to the front (the cursor
+   * moves with it). Returns false, changing nothing, when the range is exhausted.
+   */
+  async more(keep: number = this.i): Promise<boolean> {
+    if (this.next >= this.end) return false;
+    const length = Math.min(this.windowSize, this.end - this.next);
+    const fresh = await this.source.read(this.next, length);
+    this.next += length;
+    const kept = this.buf.length - keep;
+    if (kept === 0) {
+      this.buf = fresh;
+    } else {
+      const joined = new Uint8Array(kept + length);
+      joined.set(this.buf.subarray(keep));
+      joined.set(fresh, kept);
+      this.buf = joined;
+    }
+    this.base = this.next - length - kept;
+    this.i -= keep;
+    return true;
+  }
+}
+
+/** Returned by the token scanners when the bytes at hand end inside a token. */
+export const NEED_MORE = -1;
+
+/** JSON whitespace: space, tab, line feed, carriage return. */
+export function isWhitespace(c: number): boolean {
+  return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+}
+
+/** Flags {@link numberEnd} leaves behind about the token it scanned. */
+export const numberToken = {
+  /** Has a fraction or an exponent. */
+  float: false,
+  /** Has a non-zero digit before any exponent (so `-0`, `-0.0e5` are not negative). */
+  nonZero: false,
+  /** Why the token is malformed, when {@link numberEnd} returned {@link BAD_NUMBER}. */
+  reason: "",
+};
+
+/** Returned by {@link numberEnd} for a malformed number. */
+export const BAD_NUMBER = -2;
+
+/**
+ * The end of the JSON number token starting at `buf[i]` (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`,
+ * followed by a delimiter), {@link NEED_MORE} when `buf` ends inside it and more may come, or
+ * {@link BAD_NUMBER}. With `final`, the end of `buf` ends the token.
+ */
+export function numberEnd(buf: Uint8Array, i: number, final: boolean): number {
+  const n = buf.length;
+  let j = i;
+  let nonZero = false;
+  let float = false;
+  if (buf[j] === 0x2d) j++;
+  if (j >= n) return final ? bad("a lone '-'") : NEED_MORE;
+  let c = buf[j]!;
+  if (c === 0x30) {
+    j++;
+  } else if (c >= 0x31 && c <= 0x39) {
+    nonZero = true;
+    for (j++; j < n && (c = buf[j]!) >= 0x30 && c <= 0x39; j++);
+  } else {
+    return bad(c === 0x49 ? "bare -Infinity is not JSON; write the string \"-Infinity\"" : "a '-' not followed by a digit");
+  }
+  if (j >= n) return final ? done(j, nonZero, float) : NEED_MORE;
+  c = buf[j]!;
+  if (c === 0x2e) {
+    float = true;
+    j++;
+    if (j >= n) return final ? bad("no digit after '.'") : NEED_MORE;
+    c = buf[j]!;
+    if (c < 0x30 || c > 0x39) return bad("no digit after '.'");
+    for (; j < n && (c = buf[j]!) >= 0x30 && c <= 0x39; j++) if (c !== 0x30) nonZero = true;
+    if (j >= n) return final ? done(j, nonZero, float) : NEED_MORE;
+    c = buf[j]!;
+  }
+  if (c === 0x65 || c === 0x45) {
+    float = true;
+    j++;
+    if (j >= n) return final ? bad("no digit in the exponent") : NEED_MORE;
+    c = buf[j]!;
+    if (c === 0x2b || c === 0x2d) {
+      j++;
+      if (j >= n) return final ? bad("no digit in the exponent") : NEED_MORE;
+      c = buf[j]!;
+    }
+    if (c < 0x30 || c > 0x39) return bad("no digit in the exponent");
+    for (; j < n && (c = buf[j]!) >= 0x30 && c <= 0x39; j++);
+    if (j >= n) return final ? done(j, nonZero, float) : NEED_MORE;
+    c = buf[j]!;
+  }
+  // A number ends at a delimiter; "01", "1x", "1.5.2" are not numbers.
+  if (c === 0x2c || c === 0x5d || c === 0x7d || isWhitespace(c)) return done(j, nonZero, float);
+  return bad(c >= 0x30 && c <= 0x39 ? "a leading zero" : `'${String.fromCharCode(c)}' inside a number`);
+}
+
+function done(j: number, nonZero: boolean, float: boolean): number {
+  numberToken.nonZero = nonZero;
+  numberToken.float = float;
+  return j;
+}
+
+function bad(reason: string): number {
+  numberToken.reason = reason;
+  return BAD_NUMBER;
+}
+
+/** True when `buf[i..]` starts with the ASCII `word` (the caller made sure the bytes are there). */
+export function startsWith(buf: Uint8Array, i: number, word: string): boolean {
+  for (let k = 0; k < word.length; k++) if (buf[i + k] !== word.charCodeAt(k)) return false;
+  return true;
+}

@@ -1,0 +1,227 @@
+/**
+ * Shortest decimals: the fewest significant digits that read back to the same value of a dtype
+ * when parsed as a float64 (correctly rounded, as JavaScript and Python do) and then rounded to
+ * the dtype the way numpy does. Among the shortest, the one nearest to the value.
+ *
+ * F64 needs nothing here: `String(x)` is already the shortest round trip (ECMA-262 Number::toString).
+ * F32 uses {@link shortestFloat32}, a fast interval method checked against {@link shortestDecimal};
+ * the 16- and 8-bit types use {@link shortestDecimal} once per bit pattern, in a lookup table.
+ */
+
+/** A decimal `k × 10^e`, with `k` a positive integer. */
+export interface Decimal {
+  k: number;
+  e: number;
+}
+
+// 10^0 … 10^22 are exact doubles; beyond, the correctly rounded value (error ≤ half an ulp).
+// Float32 values need |e| ≤ 47.
+const POW10: number[] = Array.from({ length: 64 }, (_, i) => Number(`1e${i}`));
+
+/** v × 10^-e with one rounding where the power is exact (|e| ≤ 22), two beyond. */
+function scaleDown(v: number, e: number): number {
+  return e >= 0 ? v / POW10[e]! : v * POW10[-e]!;
+}
+
+/**
+ * The shortest decimal `d` with `accepts(Number(d))`, where `x` itself is accepted and the
+ * accepted set is an interval (the preimage of one value under a monotone rounding). Exact: every
+ * candidate is checked by parsing it. For up to 15 significant digits (enough for any float type
+ * up to F32); throws past that, which cannot happen for an interval that holds a float32 value.
+ *
+ * Why it is exhaustive: if any p-digit decimal lies in the interval, one of the two p-digit
+ * decimals on either side of `x` does, since the interval is convex and holds `x`.
+ */
+export function shortestDecimal(x: number, accepts: (y: number) => boolean): Decimal {
+  const a = Math.abs(x);
+  const sign = x < 0 ? "-" : "";
+  for (let p = 1; p <= 15; p++) {
+    // toExponential is correctly rounded: k is one of the two p-digit decimals around a.
+    const [mantissa, exponent] = a.toExponential(p - 1).split("e") as [string, string];
+    const k = Number(mantissa.replace(".", ""));
+    const e = Number(exponent) - (p - 1);
+    // The accepted candidates are contiguous; keep the nearest to a (ties to the even one).
+    let best = -1;
+    for (const c of [k - 1, k, k + 1]) {
+      if (c <= 0 || !accepts(Number(`${sign}${c}e${e}`))) continue;
+      if (best < 0) best = c;
+      else if (c === best + 1) {
+        const side = compareToHalfway(a, best, e);
+        if (side > 0 || (side === 0 && c % 2 === 0)) best = c;
+      }
+    }
+    if (best > 0) return stripZeros({ k: best, e });
+  }
+  throw new Error(`no decimal of up to 15 digits reads back to ${x}`);
+}
+
+const f64 = new Float64Array(1);
+const u32 = new Uint32Array(f64.buffer);
+const HI = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1 ? 1 : 0;
+
+/**
+ * The sign of a − (k + ½) × 10^e, exactly (a positive, finite double): which of k × 10^e and
+ * (k + 1) × 10^e is nearer to a, or 0 for a tie. BigInt arithmetic, for the rare near-ties.
+ */
+export function compareToHalfway(a: number, k: number, e: number): number {
+  f64[0] = a;
+  const high = u32[HI]!;
+  const low = u32[1 - HI]!;
+  const expField = (high >>> 20) & 0x7ff;
+  let M = (BigInt(high & 0xfffff) << 32n) | BigInt(low);
+  if (expField !== 0) M |= 1n << 52n;
+  const Q = (expField === 0 ? 1 : expField) - 1075;
+  // 2a = 2M × 2^Q against (2k + 1) × 10^e, both scaled to integers.
+  let left = 2n * M;
+  let right = BigInt(2 * k + 1);
+  if (Q >= 0) left <<= BigInt(Q);
+  else right <<= BigInt(-Q);
+  if (e >= 0) right *= 10n ** BigInt(e);
+  else left *= 10n ** BigInt(-e);
+  return left > right ? 1 : left < right ? -1 : 0;
+}
+
+function stripZeros(d: Decimal): Decimal {
+  while (d.k % 10 === 0) {
+    d.k /= 10;
+    d.e++;
+  }
+  return d;
+}
+
+const POW2 = Float64Array.from({ length: 256 }, (_, i) => 2 ** (i - 150));
+const EPS = 1e-6;
+const f32 = new Float32Array(1);
+
+/** True when `k × 10^e` reads back (through float64) as the float32 `x`. Exact, slow: for boundaries. */
+function readsBackF32(k: number, e: number, x: number): boolean {
+  return Math.fround(Number(`${k}e${e}`)) === x;
+}
+
+/**
+ * The shortest decimal of a positive, finite float32 value `x` (with its bits), nearest to `x`
+ * among the shortest; written to `out`.
+ *
+ * Method: the doubles that round to `x` form the interval between the midpoints to its
+ * neighbours (closed when the significand is even, since ties go to even). With w its width and
+ * e0 = floor(log10 w), a multiple of 10^e0 always lies inside, and at most one multiple of
+ * 10^(e0+1) does; if that one exists, its trailing zeros give the shortest, else the multiple of
+ * 10^e0 nearest to `x` is it (an exact tie, such as 2097151.75 between …1.7 and …1.8, goes to
+ * the even one, as `Number.prototype.toString` does). Scaled values are computed in doubles (relative error ~1e-16); any
+ * candidate within 1e-6 of an end is checked exactly by parsing, so the decimal → double →
+ * float32 double rounding is honoured. Agrees with {@link shortestDecimal} (tested).
+ */
+export function shortestFloat32(x: number, bits: number, out: Decimal): void {
+  const expField = (bits >>> 23) & 0xff;
+  const mant = bits & 0x7fffff;
+  const ulp = POW2[expField === 0 ? 1 : expField]!;
+  const hi = x + ulp / 2;
+  // Just above a power of two the neighbour below is half as far.
+  const lo = mant === 0 && expField > 1 ? x - ulp / 4 : x - ulp / 2;
+  const e0 = Math.floor(Math.log10(hi - lo));
+
+  // One multiple of 10^(e0+1) at most.
+  let e = e0 + 1;
+  let tlo = scaleDown(lo, e);
+  let thi = scaleDown(hi, e);
+  let k = Math.floor(thi + EPS);
+  if (k > 0 && k >= tlo - EPS) {
+    const sure = k > tlo + EPS && k < thi - EPS;
+    if (sure || readsBackF32(k, e, x)) {
+      out.k = k;
+      out.e = e;
+      stripZeros(out);
+      return;
+    }
+  }
+
+  e = e0;
+  tlo = scaleDown(lo, e);
+  thi = scaleDown(hi, e);
+  const tx = scaleDown(x, e);
+  const kmin = Math.ceil(tlo - EPS);
+  const kmax = Math.floor(thi + EPS);
+  k = Math.floor(tx);
+  const frac = tx - k;
+  if (Math.abs(frac - 0.5) < EPS) {
+    const side = compareToHalfway(x, k, e);
+    if (side > 0 || (side === 0 && k % 2 === 1)) k++;
+  } else if (frac > 0.5) k++;
+  if (k < kmin) k = kmin;
+  if (k > kmax) k = kmax;
+  // Walk inwards from an end until a candidate reads back; the interior ones always do.
+  for (let tries = 0; tries < 4 && k >= kmin && k <= kmax; tries++) {
+    const sure = k > tlo + EPS && k < thi - EPS;
+    if (sure || readsBackF32(k, e, x)) {
+      out.k = k;
+      out.e = e;
+      stripZeros(out);
+      return;
+    }
+    k += k - tlo < thi - k ? 1 : -1;
+  }
+  // A safety net for a boundary case the walk above would miss (none is known: the tests
+  // compare this function with the exact search over millions of patterns).
+  const d = shortestDecimal(x, (y) => {
+    f32[0] = y;
+    return f32[0] === x;
+  });
+  out.k = d.k;
+  out.e = d.e;
+}
+
+/**
+ * Writes `[-]k × 10^e` as JSON number text at `pos` and returns the new position. Plain notation
+ * for 1e-6 ≤ |v| < 1e15 (like `Number.prototype.toString` below 1e21, but earlier to exponent
+ * form so that no integer-looking text reaches 2^53: Python reads those as `int`, which
+ * ml_dtypes refuses past 2^64 and numpy rounds once instead of twice), else `d.ddde±X`.
+ */
+export function writeDecimal(out: Uint8Array, pos: number, negative: boolean, k: number, e: number): number {
+  if (negative) out[pos++] = 0x2d;
+  // Digits of k, most significant first, into the scratch area.
+  let p = 0;
+  for (let v = k; v > 0; v = Math.floor(v / 10)) DIGITS[p++] = 0x30 + (v % 10);
+  const n = p + e; // the decimal point sits after n digits
+  if (n > 0 && n <= 15) {
+    if (e >= 0) {
+      for (let i = p - 1; i >= 0; i--) out[pos++] = DIGITS[i]!;
+      for (let i = 0; i < e; i++) out[pos++] = 0x30;
+    } else {
+      for (let i = p - 1; i >= p - n; i--) out[pos++] = DIGITS[i]!;
+      out[pos++] = 0x2e;
+      for (let i = p - n - 1; i >= 0; i--) out[pos++] = DIGITS[i]!;
+    }
+    return pos;
+  }
+  if (n <= 0 && n > -6) {
+    out[pos++] = 0x30;
+    out[pos++] = 0x2e;
+    for (let i = n; i < 0; i++) out[pos++] = 0x30;
+    for (let i = p - 1; i >= 0; i--) out[pos++] = DIGITS[i]!;
+    return pos;
+  }
+  out[pos++] = DIGITS[p - 1]!;
+  if (p > 1) {
+    out[pos++] = 0x2e;
+    for (let i = p - 2; i >= 0; i--) out[pos++] = DIGITS[i]!;
+  }
+  out[pos++] = 0x65;
+  let x = n - 1;
+  if (x < 0) {
+    out[pos++] = 0x2d;
+    x = -x;
+  } else out[pos++] = 0x2b;
+  if (x >= 100) out[pos++] = 0x30 + Math.floor(x / 100);
+  if (x >= 10) out[pos++] = 0x30 + (Math.floor(x / 10) % 10);
+  out[pos++] = 0x30 + (x % 10);
+  return pos;
+}
+
+const DIGITS = new Uint8Array(32);
+
+/** The text {@link writeDecimal} writes, as a string (for tables and tests). */
+export function decimalText(negative: boolean, d: Decimal): string {
+  const scratch = new Uint8Array(40);
+  const end = writeDecimal(scratch, 0, negative, d.k, d.e);
+  return String.fromCharCode(...scratch.subarray(0, end));
+}

@@ -1,0 +1,546 @@
+/**
+ * The raw-tensor JSON form: a streaming reader and writer, lossless both ways.
+ *
+ * ```
+ * {
+ *   "__metadata__": {"format": "pt"},
+ *   "w": {"dtype": "F32", "shape": [2, 2], "data": [1.5, -0.0, "NaN", "-Infinity"]},
+ *   "emb": {"dtype": "BF16", "shape": [3], "data_base64": "…"}
+ * }
+ * ```
+ *
+ * It mirrors a safetensors header with `data` (values) or `data_base64` (the raw little-endian
+ * bytes) in place of `data_offsets`. The package README states the form in full; `schema.json`
+ * is its JSON Schema.
+ */
+import {
+  type ByteInput,
+  type ByteSink,
+  type ByteSource,
+  type ChunkOptions,
+  DEFAULT_CHUNK_SIZE,
+  type Metadata,
+  MemorySink,
+  StConvertError,
+  type TensorEntry,
+  type TensorFormat,
+  type TensorSource,
+  checkMetadata,
+  checkedByteLength,
+  quoteName,
+  toByteSource,
+  withContext,
+} from "@st-convert/core";
+import { BASE64_VALUE, decodeBase64Into, encodeBase64Into } from "./base64.js";
+import { BAD_NUMBER, ByteWindow, NEED_MORE, numberEnd, numberToken, startsWith } from "./ByteWindow.js";
+import { type ScanOptions, type ScannedTensor, leafPath, pathName, scanTensorJson } from "./scanTensorJson.js";
+import { type FormatCursor, LITTLE_ENDIAN, Leaf, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
+
+// ---- reading -------------------------------------------------------------------------------
+
+/** Options of {@link readTensorJson}. */
+export interface TensorJsonReadOptions extends ScanOptions {}
+
+/** One tensor of a JSON document; its bytes are decoded from the text when `chunks()` is iterated. */
+export interface TensorJsonEntry extends TensorEntry {
+  /** Whether the document carries the tensor as values (`data`) or as raw bytes (`data_base64`). */
+  readonly encoding: "values" | "base64";
+}
+
+/** A scanned JSON document whose tensors have not been decoded yet. */
+export interface TensorJsonFile extends TensorSource {
+  readonly format: "json";
+  /** Tensors in document order. */
+  readonly tensors: readonly TensorJsonEntry[];
+  /**
+   * The tensor called `name`.
+   * @throws StConvertError `TensorNotFound`.
+   */
+  tensor(name: string): TensorJsonEntry;
+}
+
+/**
+ * Reads a JSON tensor document: one streaming scan validates all of it (syntax, duplicate keys,
+ * dtypes, shapes, value counts and nesting, the kinds of values each dtype takes, base64 lengths)
+ * and records where each tensor's data lies. Tensor bytes are produced later by `chunks()`, which
+ * re-reads just that range and encodes the values block by block; a value beyond its dtype's
+ * range (300 for U8, 1e5 for F16) is reported there, naming its path (`w.data[17]`).
+ *
+ * @throws StConvertError with a `JsonErrorCode` (`InvalidJson`, `InvalidTensor`, `DuplicateKey`,
+ *   `UnknownDtype`, `InvalidMetadata`, `ShapeMismatch`, `InvalidValue`, `ValueOutOfRange`,
+ *   `InvalidBase64`, `ByteLengthMismatch`, `Unsupported`, `LimitExceeded`).
+ */
+export async function readTensorJson(input: ByteInput, options: TensorJsonReadOptions = {}): Promise<TensorJsonFile> {
+  const source = toByteSource(input);
+  const document = await scanTensorJson(source, options);
+  const windowSize = options.windowSize ?? DEFAULT_CHUNK_SIZE;
+  const tensors = document.tensors.map((t) => jsonEntry(source, t, windowSize));
+  const byName = new Map(tensors.map((t) => [t.name, t]));
+  return {
+    format: "json",
+    metadata: document.metadata,
+    tensors,
+    tensor(name: string): TensorJsonEntry {
+      const found = byName.get(name);
+      if (found === undefined) throw new StConvertError("TensorNotFound", "tensor not found", { file: source.name, tensor: name });
+      return found;
+    },
+  };
+}
+
+function jsonEntry(source: ByteSource, t: ScannedTensor, windowSize: number): TensorJsonEntry {
+  return {
+    name: t.name,
+    dtype: t.dtype,
+    shape: t.shape,
+    byteLength: t.byteLength,
+    encoding: t.encoding,
+    chunks: ({ chunkSize = DEFAULT_CHUNK_SIZE }: ChunkOptions = {}) =>
+      t.encoding === "base64" ? base64Chunks(source, t, chunkSize, windowSize) : valueChunks(source, t, valueCodec(t.dtype)!, chunkSize, windowSize),
+  };
+}
+
+function changed(source: ByteSource, t: ScannedTensor, what: string): StConvertError {
+  return new StConvertError("InvalidJson", `${t.path}: ${what} (did the file change since it was opened?)`, { file: source.name, tensor: t.name });
+}
+
+/** Swaps each `unit`-byte group in place: little-endian bytes ⇄ a big-endian platform's typed arrays. */
+function swapBytes(block: Uint8Array, unit: number): void {
+  for (let i = 0; i + unit <= block.length; i += unit) block.subarray(i, i + unit).reverse();
+}
+
+/**
+ * A tensor's bytes from its `data` value: re-tokenizes the range the scan recorded and stores
+ * each value into a block of elements, yielding a block of at most `chunkSize` bytes at a time.
+ */
+async function* valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCodec, chunkSize: number, windowSize: number): AsyncGenerator<Uint8Array> {
+  const { elementBytes, leavesPerElement } = codec;
+  const elements = t.byteLength / elementBytes;
+  const perBlock = Math.max(1, Math.floor(chunkSize / elementBytes));
+  const w = new ByteWindow(source, t.start, t.end, windowSize);
+  let leaf = 0;
+  for (let first = 0; first < elements; first += perBlock) {
+    const count = Math.min(perBlock, elements - first);
+    const block = new Uint8Array(count * elementBytes);
+    const endLeaf = (first + count) * leavesPerElement;
+    while (leaf < endLeaf) {
+      // Synchronous over the bytes at hand; stops at a token cut by the window's end.
+      const buf = w.buf;
+      const n = buf.length;
+      const final = w.drained;
+      let i = w.i;
+      try {
+        while (i < n && leaf < endLeaf) {
+          const c = buf[i]!;
+          if (c === 0x2c || c === 0x20 || c === 0x5b || c === 0x5d || c === 0x0a || c === 0x0d || c === 0x09) {
+            i++;
+            continue;
+          }
+          let kind: number;
+          let end: number;
+          if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+            end = numberEnd(buf, i, final);
+            if (end === NEED_MORE) break;
+            if (end === BAD_NUMBER) throw changed(source, t, `invalid number at byte ${w.base + i}`);
+            kind = numberToken.float ? Leaf.Float : Leaf.Integer;
+          } else if (c === 0x22) {
+            if (i + 11 > n && !final) break;
+            if (startsWith(buf, i, '"NaN"')) kind = Leaf.NaN;
+            else if (startsWith(buf, i, '"Infinity"')) kind = Leaf.Infinity;
+            else if (startsWith(buf, i, '"-Infinity"')) kind = Leaf.NegativeInfinity;
+            else throw changed(source, t, `unexpected string at byte ${w.base + i}`);
+            end = i + (kind === Leaf.NaN ? 5 : kind === Leaf.Infinity ? 10 : 11);
+          } else if (c === 0x74 || c === 0x66) {
+            kind = c === 0x74 ? Leaf.True : Leaf.False;
+            end = i + (c === 0x74 ? 4 : 5);
+            if (end > n) {
+              if (final) throw changed(source, t, `the data ended inside a literal`);
+              break;
+            }
+          } else {
+            throw changed(source, t, `unexpected byte at ${w.base + i}`);
+          }
+          const element = Math.floor(leaf / leavesPerElement);
+          codec.store(block, element - first, leaf - element * leavesPerElement, kind, buf, i, end);
+          leaf++;
+          i = end;
+        }
+      } catch (error) {
+        if (error instanceof ValueError) {
+          throw new StConvertError(error.code, `${leafPath(t.path, t.dims, leaf)}: ${error.rule}`, { file: source.name, tensor: t.name });
+        }
+        throw error;
+      }
+      w.i = i;
+      if (leaf < endLeaf && !(await w.more())) {
+        if (w.i >= w.buf.length) throw changed(source, t, `the data ended after ${leaf} of ${elements * leavesPerElement} values`);
+      }
+    }
+    if (leaf !== endLeaf) throw changed(source, t, "value count");
+    if (!LITTLE_ENDIAN) swapBytes(block, t.dtype === "C64" ? 4 : elementBytes);
+    yield block;
+  }
+  // Only brackets, commas and whitespace may remain (the scan counted the values).
+  for (;;) {
+    const buf = w.buf;
+    for (let i = w.i; i < buf.length; i++) {
+      const c = buf[i]!;
+      if (!(c === 0x5d || c === 0x5b || c === 0x2c || c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09)) {
+        throw changed(source, t, "more values than the scan counted");
+      }
+    }
+    w.i = buf.length;
+    if (!(await w.more())) return;
+  }
+}
+
+/** A tensor's bytes from its `data_base64` string, decoded in groups of 4 characters. */
+async function* base64Chunks(source: ByteSource, t: ScannedTensor, chunkSize: number, windowSize: number): AsyncGenerator<Uint8Array> {
+  // Characters per output chunk: whole groups of 4 that decode to at most chunkSize bytes.
+  const groupChars = Math.max(4, Math.floor(chunkSize / 3) * 4);
+  let produced = 0;
+  const emit = function* (bytes: Uint8Array): Generator<Uint8Array> {
+    produced += bytes.length;
+    if (produced > t.byteLength) throw changed(source, t, "more bytes than the scan counted");
+    for (let at = 0; at < bytes.length; at += chunkSize) yield bytes.subarray(at, Math.min(bytes.length, at + chunkSize));
+  };
+  const decode = (text: Uint8Array, length: number): Uint8Array => {
+    const out = new Uint8Array((length / 4) * 3);
+    const end = decodeBase64Into(text, 0, length, out, 0);
+    if (end < 0) throw changed(source, t, "a character that is not base64");
+    return out.subarray(0, end);
+  };
+  if (!t.escaped) {
+    for (let at = t.start; at < t.end; at += groupChars) {
+      const length = Math.min(groupChars, t.end - at);
+      if (length % 4 !== 0) throw changed(source, t, "base64 length");
+      yield* emit(decode(await source.read(at, length), length));
+    }
+  } else {
+    // Escapes (`\/`, `\u0041`) are rare: unescape into a clean buffer, then decode it.
+    const w = new ByteWindow(source, t.start, t.end, windowSize);
+    const clean = new Uint8Array(groupChars);
+    let m = 0;
+    for (;;) {
+      const buf = w.buf;
+      let i = w.i;
+      while (i < buf.length) {
+        let c = buf[i]!;
+        if (c === 0x5c) {
+          const width = buf[i + 1] === 0x75 ? 6 : 2;
+          if (i + width > buf.length) break;
+          c = width === 2 ? buf[i + 1]! : Number.parseInt(String.fromCharCode(...buf.subarray(i + 2, i + 6)), 16);
+          i += width;
+        } else i++;
+        if (c >= 128 || (BASE64_VALUE[c] === 255 && c !== 0x3d)) throw changed(source, t, "a character that is not base64");
+        clean[m++] = c;
+        if (m === groupChars) {
+          yield* emit(decode(clean, m));
+          m = 0;
+        }
+      }
+      w.i = i;
+      if (!(await w.more())) break;
+    }
+    if (m % 4 !== 0) throw changed(source, t, "base64 length");
+    if (m > 0) yield* emit(decode(clean, m));
+  }
+  if (produced !== t.byteLength) throw changed(source, t, `${produced} bytes decoded, ${t.byteLength} expected`);
+}
+
+// ---- writing -------------------------------------------------------------------------------
+
+/** Options of {@link writeTensorJson}. */
+export interface TensorJsonWriteOptions {
+  /**
+   * Write every tensor as `data_base64` (its raw little-endian bytes): bit-exact whatever they
+   * hold, a third larger than the bytes, and fast. Default false: values wherever they are lossless.
+   */
+  base64?: boolean;
+  /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
+  chunkSize?: number;
+  /** Receives notices, such as a tensor written as base64 because values could not carry its bytes. */
+  onWarning?: (message: string) => void;
+}
+
+/**
+ * Size of each of the two output buffers: the text is built in one while the other is written.
+ * Large enough that per-write overhead vanishes, small enough to stay in cache.
+ */
+const OUTPUT_BUFFER_SIZE = 1 << 20;
+/** Room kept free for one element's text (the longest is a C64 pair, under 64 bytes). */
+const ELEMENT_ROOM = 64;
+
+const utf8Encoder = new TextEncoder();
+
+/** Double-buffered text output to a sink. */
+class TextOut {
+  buf = new Uint8Array(OUTPUT_BUFFER_SIZE);
+  pos = 0;
+  private spare = new Uint8Array(OUTPUT_BUFFER_SIZE);
+  private pending: Promise<void> | undefined;
+
+  constructor(private readonly sink: ByteSink) {}
+
+  /** Where formatting must stop to leave room for one more element. */
+  get limit(): number {
+    return this.buf.length - ELEMENT_ROOM;
+  }
+
+  async flush(): Promise<void> {
+    if (this.pos === 0) return;
+    const full = this.buf.subarray(0, this.pos);
+    if (this.pending !== undefined) await this.pending;
+    this.pending = this.sink.write(full);
+    // Marked handled now; a failure is reported by the next await of `pending`.
+    this.pending.catch(() => {});
+    [this.buf, this.spare] = [this.spare, this.buf];
+    this.pos = 0;
+  }
+
+  async finish(): Promise<void> {
+    await this.flush();
+    if (this.pending !== undefined) await this.pending;
+  }
+
+  async text(text: string): Promise<void> {
+    // Names and metadata: any length (a metadata value may be megabytes), UTF-8.
+    const bytes = utf8Encoder.encode(text);
+    for (let at = 0; at < bytes.length; ) {
+      if (this.pos >= this.buf.length) await this.flush();
+      const n = Math.min(bytes.length - at, this.buf.length - this.pos);
+      this.buf.set(bytes.subarray(at, at + n), this.pos);
+      this.pos += n;
+      at += n;
+    }
+  }
+}
+
+/** A JSON string literal for a name or metadata text (serde's and `JSON.stringify`'s escaping). */
+function jsonString(text: string, where: { tensor?: string }, what: string): string {
+  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(text)) {
+    throw new StConvertError(what === "name" ? "InvalidName" : "InvalidMetadata", `${what} ${quoteName(text)} holds a lone UTF-16 surrogate, which JSON text in UTF-8 cannot carry`, where);
+  }
+  return JSON.stringify(text);
+}
+
+/**
+ * A tensor's bytes re-cut into blocks of whole elements, aligned for typed-array views and in
+ * the platform's byte order, checking that the tensor delivers exactly `byteLength` bytes.
+ */
+async function* elementBlocks(tensor: TensorEntry, elementBytes: number, chunkSize: number): AsyncGenerator<Uint8Array> {
+  const align = Math.min(elementBytes, 8);
+  const unit = tensor.dtype === "C64" ? 4 : elementBytes;
+  const carry = new Uint8Array(elementBytes);
+  let carried = 0;
+  let total = 0;
+  for await (const chunk of tensor.chunks({ chunkSize })) {
+    total += chunk.byteLength;
+    if (total > tensor.byteLength) break;
+    let at = 0;
+    if (carried > 0) {
+      const take = Math.min(elementBytes - carried, chunk.byteLength);
+      carry.set(chunk.subarray(0, take), carried);
+      carried += take;
+      at = take;
+      if (carried < elementBytes) continue;
+      const one = carry.slice();
+      if (!LITTLE_ENDIAN) swapBytes(one, unit);
+      yield one;
+      carried = 0;
+    }
+    const whole = Math.floor((chunk.byteLength - at) / elementBytes) * elementBytes;
+    if (whole > 0) {
+      let block = chunk.subarray(at, at + whole);
+      if (block.byteOffset % align !== 0 || !LITTLE_ENDIAN) {
+        block = block.slice();
+        if (!LITTLE_ENDIAN) swapBytes(block, unit);
+      }
+      yield block;
+    }
+    carry.set(chunk.subarray(at + whole), 0);
+    carried = chunk.byteLength - at - whole;
+  }
+  if (total !== tensor.byteLength || carried !== 0) {
+    throw new StConvertError(
+      "ByteLengthMismatch",
+      `the reader delivered ${total > tensor.byteLength ? "more than" : "only"} ${total} of the ${tensor.byteLength} bytes it declared`,
+      { tensor: tensor.name },
+    );
+  }
+}
+
+/** Whether every element reads back to its bits from the values the writer would write. */
+async function valuesAreLossless(tensor: TensorEntry, codec: ValueCodec, chunkSize: number): Promise<boolean> {
+  for await (const block of elementBlocks(tensor, codec.elementBytes, chunkSize)) {
+    if (!codec.lossless(block)) return false;
+  }
+  return true;
+}
+
+async function writeValues(tensor: TensorEntry, codec: ValueCodec, out: TextOut, chunkSize: number): Promise<void> {
+  const cursor: FormatCursor = { index: 0, pos: 0 };
+  let first = true;
+  for await (const block of elementBlocks(tensor, codec.elementBytes, chunkSize)) {
+    const count = block.byteLength / codec.elementBytes;
+    cursor.index = 0;
+    while (cursor.index < count) {
+      cursor.pos = out.pos;
+      codec.format(block, count, out.buf, out.limit, cursor, first);
+      out.pos = cursor.pos;
+      if (cursor.index < count) await out.flush();
+    }
+    first = false;
+  }
+}
+
+async function writeBase64(tensor: TensorEntry, out: TextOut, chunkSize: number): Promise<void> {
+  // Whole groups of 3 bytes per piece; 1–2 leftover bytes wait for the next chunk.
+  const carry = new Uint8Array(3);
+  let carried = 0;
+  let total = 0;
+  const encode = async (bytes: Uint8Array, final: boolean): Promise<number> => {
+    let at = 0;
+    const stop = final ? bytes.length : bytes.length - (bytes.length % 3);
+    while (at < stop) {
+      const room = Math.floor((out.buf.length - out.pos) / 4) * 3;
+      if (room === 0) {
+        await out.flush();
+        continue;
+      }
+      const n = Math.min(stop - at, room);
+      out.pos = encodeBase64Into(bytes, at, at + n, out.buf, out.pos);
+      at += n;
+    }
+    return at;
+  };
+  for await (const chunk of tensor.chunks({ chunkSize })) {
+    total += chunk.byteLength;
+    if (total > tensor.byteLength) break;
+    let at = 0;
+    if (carried > 0) {
+      while (carried < 3 && at < chunk.byteLength) carry[carried++] = chunk[at++]!;
+      if (carried < 3) continue;
+      await encode(carry, true);
+      carried = 0;
+    }
+    const rest = chunk.subarray(at);
+    const done = await encode(rest, false);
+    carried = rest.byteLength - done;
+    carry.set(rest.subarray(done));
+  }
+  if (total !== tensor.byteLength) {
+    throw new StConvertError(
+      "ByteLengthMismatch",
+      `the reader delivered ${total > tensor.byteLength ? "more than" : "only"} ${total} of the ${tensor.byteLength} bytes it declared`,
+      { tensor: tensor.name },
+    );
+  }
+  if (carried > 0) await encode(carry.subarray(0, carried), true);
+}
+
+/**
+ * Streams tensors into a JSON document: never the whole text, nor a whole tensor, in memory.
+ * Tensors appear in the source's order, one per line. Each is written as values (`data`) unless
+ * values cannot carry its exact bytes (a NaN other than the dtype's canonical one, a BOOL byte
+ * other than 0/1, or F4/F6, which have no values form); then, or with `base64`, as `data_base64`.
+ * Deciding this reads the tensor once before writing it. The caller closes or aborts the sink.
+ *
+ * @throws StConvertError `DuplicateKey` (two tensors with one name), `InvalidName` (the name
+ *   `__metadata__`, or a lone surrogate), `InvalidMetadata`, `ByteLengthMismatch` when a tensor
+ *   delivers another byte count than it declared, and what the sink throws.
+ */
+export async function writeTensorJson(source: TensorSource, sink: ByteSink, options: TensorJsonWriteOptions = {}): Promise<void> {
+  const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
+  checkMetadata(source.metadata);
+  const names = new Set<string>();
+  const lines: string[] = [];
+  for (const t of source.tensors) {
+    if (names.has(t.name)) throw new StConvertError("DuplicateKey", "duplicate tensor name", { tensor: t.name });
+    names.add(t.name);
+    if (t.name === "__metadata__") throw new StConvertError("InvalidName", "the name `__metadata__` is reserved for the metadata", { tensor: t.name });
+    checkedByteLength(t);
+    lines.push(`  ${jsonString(t.name, { tensor: t.name }, "name")}: {"dtype": "${t.dtype}", "shape": [${t.shape.join(", ")}], `);
+  }
+  const metadata = source.metadata === null ? null : metadataLine(source.metadata);
+
+  const out = new TextOut(sink);
+  await out.text(source.tensors.length === 0 && metadata === null ? "{" : "{\n");
+  if (metadata !== null) await out.text(`${metadata}${source.tensors.length > 0 ? "," : ""}\n`);
+  for (const [index, tensor] of source.tensors.entries()) {
+    await out.text(lines[index]!);
+    try {
+      const codec = valueCodec(tensor.dtype);
+      let asValues = codec !== undefined && options.base64 !== true;
+      if (asValues && !codec!.alwaysLossless() && !(await valuesAreLossless(tensor, codec!, chunkSize))) {
+        asValues = false;
+        const why = tensor.dtype === "BOOL" ? "bytes other than 0 and 1" : "NaNs other than the canonical one (payload or sign bits)";
+        options.onWarning?.(`tensor ${quoteName(tensor.name)}: written as data_base64, since it holds ${why}, which values cannot carry`);
+      }
+      if (asValues) {
+        await out.text('"data": [');
+        await writeValues(tensor, codec!, out, chunkSize);
+        await out.text("]}");
+      } else {
+        await out.text('"data_base64": "');
+        await writeBase64(tensor, out, chunkSize);
+        await out.text('"}');
+      }
+    } catch (error) {
+      throw withContext(error, { tensor: tensor.name });
+    }
+    await out.text(index + 1 < source.tensors.length ? ",\n" : "\n");
+  }
+  await out.text("}\n");
+  await out.finish();
+}
+
+function metadataLine(metadata: Metadata): string {
+  const entries = Object.keys(metadata).map((key) => `${jsonString(key, {}, "metadata key")}: ${jsonString(metadata[key]!, {}, "metadata value")}`);
+  return `  "__metadata__": {${entries.join(", ")}}`;
+}
+
+/**
+ * The JSON document of some tensors, in memory (for small outputs; stream large ones with
+ * {@link writeTensorJson}).
+ */
+export async function serializeTensorJson(source: TensorSource, options: TensorJsonWriteOptions = {}): Promise<Uint8Array> {
+  const sink = new MemorySink();
+  await writeTensorJson(source, sink, options);
+  await sink.close();
+  return sink.bytes();
+}
+
+// ---- the format ------------------------------------------------------------------------------
+
+/**
+ * The JSON form, as registered with the `st-convert` command: extension `.json`; option
+ * `--base64` writes every tensor as `data_base64`.
+ */
+export const jsonFormat: TensorFormat = {
+  name: "json",
+  description: "raw-tensor JSON: lossless values (or base64), readable and diffable",
+  extensions: [".json"],
+  options: [
+    {
+      name: "base64",
+      type: "boolean",
+      description: "json: write every tensor as data_base64 (raw bytes, bit-exact, compact)",
+      appliesTo: "write",
+    },
+  ],
+  sniff(head) {
+    // An object whose first member is a string key, after optional whitespace (and a BOM).
+    let i = head[0] === 0xef && head[1] === 0xbb && head[2] === 0xbf ? 3 : 0;
+    const skip = () => {
+      while (i < head.length && (head[i] === 0x20 || head[i] === 0x0a || head[i] === 0x0d || head[i] === 0x09)) i++;
+    };
+    skip();
+    if (head[i] !== 0x7b) return false;
+    i++;
+    skip();
+    return head[i] === 0x22 || head[i] === 0x7d;
+  },
+  open: (source) => readTensorJson(source),
+  write: (tensors, sink, context) => writeTensorJson(tensors, sink, { base64: context.options.base64 === true, onWarning: context.onWarning }),
+};

@@ -1,0 +1,635 @@
+/**
+ * Values ⇄ little-endian bytes, per dtype: the writer formats elements as JSON text straight into
+ * a byte buffer (no string per value on the hot paths), the reader stores parsed leaves into a
+ * block of elements. The two sides are paired here so that "reads back to the same bits" is
+ * decided by the very code that reads.
+ */
+import type { Dtype } from "@st-convert/core";
+import { type MinifloatCodec, OVERFLOW, minifloat } from "./minifloats.js";
+import { type Decimal, decimalText, shortestDecimal, shortestFloat32, writeDecimal } from "./shortestDecimal.js";
+
+/** Kinds of leaves in a `data` array, as bit flags. */
+export const Leaf = {
+  Integer: 1,
+  Float: 2,
+  NaN: 4,
+  Infinity: 8,
+  NegativeInfinity: 16,
+  True: 32,
+  False: 64,
+  /** A number token below zero (set together with Integer or Float; not for `-0`). */
+  Negative: 128,
+} as const;
+
+/** A refused value; the caller adds the path and the tensor. */
+export class ValueError extends Error {
+  constructor(
+    readonly code: "ValueOutOfRange" | "InvalidValue",
+    readonly rule: string,
+  ) {
+    super(rule);
+  }
+}
+
+/** Block-wise formatting and parsing of one dtype's elements. */
+export interface ValueCodec {
+  readonly dtype: Dtype;
+  /** Bytes per element. */
+  readonly elementBytes: number;
+  /** JSON leaves per element (2 for C64's `[re, im]`). */
+  readonly leavesPerElement: number;
+  /** Most bytes one element's text takes, its `", "` separator included. */
+  readonly maxTextBytes: number;
+  /** Leaf kinds a `data` array of this dtype may hold (magnitudes are checked when parsing). */
+  readonly allowedLeaves: number;
+  /**
+   * True when every element of `block` reads back to the same bits from the text {@link format}
+   * writes. False only for NaNs other than the dtype's canonical one and BOOL bytes other than 0/1.
+   */
+  lossless(block: Uint8Array): boolean;
+  /** True when no bit pattern of the dtype can fail {@link lossless} (integers, the F8 types with one NaN). */
+  alwaysLossless(): boolean;
+  /**
+   * Formats elements from `cursor.index` up to `end` of `block` (aligned, little-endian) into `out`
+   * from `cursor.pos`, each preceded by `", "` unless it is element 0 of the tensor (`first`),
+   * stopping once `cursor.pos` passes `limit`. Advances the cursor.
+   */
+  format(block: Uint8Array, end: number, out: Uint8Array, limit: number, cursor: FormatCursor, first: boolean): void;
+  /**
+   * Stores leaf `leaf` (0 or 1 within its element for C64) of element `index` of `block`: a
+   * number token `text[start, end)` or a literal kind.
+   * @throws ValueError for a value out of the dtype's range or of a kind the dtype refuses.
+   */
+  store(block: Uint8Array, index: number, leaf: number, kind: number, text: Uint8Array, start: number, end: number): void;
+}
+
+/** Where {@link ValueCodec.format} is: the next element and the next output byte. */
+export interface FormatCursor {
+  index: number;
+  pos: number;
+}
+
+const ascii = (text: string) => Uint8Array.from(text, (c) => c.charCodeAt(0));
+const TEXT_NAN = ascii('"NaN"');
+const TEXT_INF = ascii('"Infinity"');
+const TEXT_NEG_INF = ascii('"-Infinity"');
+const TEXT_NEG_ZERO = ascii("-0.0");
+const TEXT_TRUE = ascii("true");
+const TEXT_FALSE = ascii("false");
+
+function put(out: Uint8Array, pos: number, text: Uint8Array): number {
+  for (let i = 0; i < text.length; i++) out[pos + i] = text[i]!;
+  return pos + text.length;
+}
+
+function separator(out: Uint8Array, pos: number): number {
+  out[pos] = 0x2c;
+  out[pos + 1] = 0x20;
+  return pos + 2;
+}
+
+const INT_DIGITS = new Uint8Array(24);
+
+/** Writes an integer |v| < 2^53 in decimal. */
+function writeInteger(out: Uint8Array, pos: number, v: number): number {
+  if (v < 0) {
+    out[pos++] = 0x2d;
+    v = -v;
+  }
+  if (v < 10) {
+    out[pos] = 0x30 + v;
+    return pos + 1;
+  }
+  let n = 0;
+  while (v > 0) {
+    const q = Math.floor(v / 10);
+    INT_DIGITS[n++] = 0x30 + (v - q * 10);
+    v = q;
+  }
+  while (n > 0) out[pos++] = INT_DIGITS[--n]!;
+  return pos;
+}
+
+function writeAscii(out: Uint8Array, pos: number, text: string): number {
+  for (let i = 0; i < text.length; i++) out[pos + i] = text.charCodeAt(i);
+  return pos + text.length;
+}
+
+// ---- number tokens -------------------------------------------------------------------------
+
+// Exact powers of ten for Clinger's fast path.
+const EXACT_POW10 = Array.from({ length: 23 }, (_, i) => Number(`1e${i}`));
+
+function tokenText(text: Uint8Array, start: number, end: number): string {
+  return String.fromCharCode.apply(null, text.subarray(start, end) as unknown as number[]);
+}
+
+/**
+ * The float64 nearest to a JSON number token (valid syntax, checked by the scan), correctly
+ * rounded like `Number()` and Python's `float()`. Up to 15 significant digits with a decimal
+ * exponent within ±22 take Clinger's fast path (both operands exact, one rounding); anything else
+ * goes through `Number()`.
+ */
+export function parseNumberToken(text: Uint8Array, start: number, end: number): number {
+  let i = start;
+  const negative = text[i] === 0x2d;
+  if (negative) i++;
+  let mantissa = 0;
+  let digits = 0;
+  let exp10 = 0;
+  let c = text[i]!;
+  for (; i < end && c >= 0x30 && c <= 0x39; c = text[++i]!) {
+    if (digits < 15) {
+      mantissa = mantissa * 10 + (c - 0x30);
+      if (mantissa !== 0) digits++;
+    } else if (c !== 0x30) return Number(tokenText(text, start, end));
+    else exp10++;
+  }
+  if (i < end && c === 0x2e) {
+    for (c = text[++i]!; i < end && c >= 0x30 && c <= 0x39; c = text[++i]!) {
+      if (digits < 15) {
+        mantissa = mantissa * 10 + (c - 0x30);
+        exp10--;
+        if (mantissa !== 0) digits++;
+      } else if (c !== 0x30) return Number(tokenText(text, start, end));
+    }
+  }
+  if (i < end) {
+    // Exponent: [eE][+-]?digits
+    c = text[++i]!;
+    let expNegative = false;
+    if (c === 0x2d || c === 0x2b) {
+      expNegative = c === 0x2d;
+      i++;
+    }
+    let exp = 0;
+    for (; i < end; i++) {
+      exp = exp * 10 + (text[i]! - 0x30);
+      if (exp > 1e6) break; // far beyond any double; the slow path says 0 or Infinity
+    }
+    exp10 += expNegative ? -exp : exp;
+  }
+  if (mantissa === 0) return negative ? -0 : 0;
+  let value: number;
+  if (exp10 >= 0 && exp10 <= 22) value = mantissa * EXACT_POW10[exp10]!;
+  else if (exp10 < 0 && exp10 >= -22) value = mantissa / EXACT_POW10[-exp10]!;
+  else return Number(tokenText(text, start, end));
+  return negative ? -value : value;
+}
+
+// ---- codecs --------------------------------------------------------------------------------
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+function outOfRange(dtype: Dtype, text: Uint8Array, start: number, end: number, range: string): ValueError {
+  return new ValueError("ValueOutOfRange", `${tokenText(text, start, end)} is out of range for ${dtype} (${range})`);
+}
+
+interface IntegerSpec {
+  dtype: Dtype;
+  bytes: 1 | 2 | 4;
+  min: number;
+  max: number;
+  view: (buffer: ArrayBuffer, offset: number, length: number) => { [i: number]: number };
+}
+
+const INTEGERS: readonly IntegerSpec[] = [
+  { dtype: "U8", bytes: 1, min: 0, max: 255, view: (b, o, n) => new Uint8Array(b, o, n) },
+  { dtype: "I8", bytes: 1, min: -128, max: 127, view: (b, o, n) => new Int8Array(b, o, n) },
+  { dtype: "U16", bytes: 2, min: 0, max: 65535, view: (b, o, n) => new Uint16Array(b, o, n) },
+  { dtype: "I16", bytes: 2, min: -32768, max: 32767, view: (b, o, n) => new Int16Array(b, o, n) },
+  { dtype: "U32", bytes: 4, min: 0, max: 4294967295, view: (b, o, n) => new Uint32Array(b, o, n) },
+  { dtype: "I32", bytes: 4, min: -2147483648, max: 2147483647, view: (b, o, n) => new Int32Array(b, o, n) },
+];
+
+const INTEGER_LEAVES: number = Leaf.Integer | Leaf.Negative;
+const FLOAT_LEAVES = Leaf.Integer | Leaf.Float | Leaf.Negative | Leaf.NaN | Leaf.Infinity | Leaf.NegativeInfinity;
+
+/** Typed view of a block (blocks are aligned to their element size, see the callers). */
+function view<T>(block: Uint8Array, make: (b: ArrayBuffer, o: number, n: number) => T, bytes: number): T {
+  return make(block.buffer as ArrayBuffer, block.byteOffset, block.byteLength / bytes);
+}
+
+/** A view maker that reuses the view while the block stays the same (store() runs per value). */
+function viewCache<T>(make: (b: ArrayBuffer, o: number, n: number) => T, bytes: number): (block: Uint8Array) => T {
+  let last: Uint8Array | undefined;
+  let cached: T | undefined;
+  return (block) => {
+    if (block !== last) {
+      cached = view(block, make, bytes);
+      last = block;
+    }
+    return cached!;
+  };
+}
+
+/** An integer token's exact value as a number when it has at most 15 digits, else undefined. */
+function smallInteger(text: Uint8Array, start: number, end: number): number | undefined {
+  const negative = text[start] === 0x2d;
+  let i = negative ? start + 1 : start;
+  if (end - i > 15) return undefined;
+  let v = 0;
+  for (; i < end; i++) v = v * 10 + (text[i]! - 0x30);
+  return negative ? -v : v;
+}
+
+function integerCodec(spec: IntegerSpec): ValueCodec {
+  const { dtype, bytes, min, max } = spec;
+  const range = `${min} to ${max}`;
+  const typed = viewCache(spec.view, bytes);
+  return {
+    dtype,
+    elementBytes: bytes,
+    leavesPerElement: 1,
+    maxTextBytes: 2 + 11,
+    allowedLeaves: min < 0 ? INTEGER_LEAVES : Leaf.Integer,
+    lossless: () => true,
+    alwaysLossless: () => true,
+    format(block, end, out, limit, cursor, first) {
+      const values = view(block, spec.view, bytes);
+      let { index, pos } = cursor;
+      for (; index < end && pos <= limit; index++) {
+        if (index > 0 || !first) pos = separator(out, pos);
+        pos = writeInteger(out, pos, values[index]!);
+      }
+      cursor.index = index;
+      cursor.pos = pos;
+    },
+    store(block, index, _leaf, kind, text, start, end) {
+      if (kind & Leaf.Float) throw new ValueError("InvalidValue", `${tokenText(text, start, end)} is not an integer (${dtype} takes integers only)`);
+      const v = smallInteger(text, start, end);
+      if (v === undefined || v < min || v > max) throw outOfRange(dtype, text, start, end, range);
+      typed(block)[index] = v;
+    },
+  };
+}
+
+const TWO_32 = 2 ** 32;
+
+function int64Codec(signed: boolean): ValueCodec {
+  const dtype: Dtype = signed ? "I64" : "U64";
+  const min = signed ? -(1n << 63n) : 0n;
+  const max = signed ? (1n << 63n) - 1n : (1n << 64n) - 1n;
+  const range = `${min} to ${max}`;
+  const typedWords = viewCache((b, o, n) => new Uint32Array(b, o, n), 4);
+  return {
+    dtype,
+    elementBytes: 8,
+    leavesPerElement: 1,
+    maxTextBytes: 2 + 20,
+    allowedLeaves: signed ? INTEGER_LEAVES : Leaf.Integer,
+    lossless: () => true,
+    alwaysLossless: () => true,
+    format(block, end, out, limit, cursor, first) {
+      const words = view(block, (b, o, n) => new Uint32Array(b, o, n), 4);
+      let { index, pos } = cursor;
+      for (; index < end && pos <= limit; index++) {
+        if (index > 0 || !first) pos = separator(out, pos);
+        const lo = words[2 * index]!;
+        const hi = words[2 * index + 1]!;
+        // Below 2^53 in magnitude the value is an exact double; beyond, BigInt.
+        const high = signed ? hi | 0 : hi;
+        if (high < 0x200000 && high >= -0x200000) pos = writeInteger(out, pos, high * TWO_32 + lo);
+        else {
+          const big = (BigInt(hi) << 32n) | BigInt(lo);
+          pos = writeAscii(out, pos, (signed ? BigInt.asIntN(64, big) : big).toString());
+        }
+      }
+      cursor.index = index;
+      cursor.pos = pos;
+    },
+    store(block, index, _leaf, kind, text, start, end) {
+      if (kind & Leaf.Float) throw new ValueError("InvalidValue", `${tokenText(text, start, end)} is not an integer (${dtype} takes integers only)`);
+      const words = typedWords(block);
+      const v = smallInteger(text, start, end);
+      if (v !== undefined) {
+        if (v < 0 && !signed) throw outOfRange(dtype, text, start, end, range);
+        words[2 * index] = v >>> 0;
+        words[2 * index + 1] = Math.floor(v / TWO_32) >>> 0;
+        return;
+      }
+      // Past 15 digits: exact through BigInt (JSON has no leading zeros, so 21+ digits are out of range anyway).
+      if (end - start > 21) throw outOfRange(dtype, text, start, end, range);
+      const big = BigInt(tokenText(text, start, end));
+      if (big < min || big > max) throw outOfRange(dtype, text, start, end, range);
+      const bits = BigInt.asUintN(64, big);
+      words[2 * index] = Number(bits & 0xffffffffn);
+      words[2 * index + 1] = Number(bits >> 32n);
+    },
+  };
+}
+
+const boolCodec: ValueCodec = {
+  dtype: "BOOL",
+  elementBytes: 1,
+  leavesPerElement: 1,
+  maxTextBytes: 2 + 5,
+  allowedLeaves: Leaf.True | Leaf.False,
+  alwaysLossless: () => false,
+  lossless(block) {
+    for (let i = 0; i < block.length; i++) if (block[i]! > 1) return false;
+    return true;
+  },
+  format(block, end, out, limit, cursor, first) {
+    let { index, pos } = cursor;
+    for (; index < end && pos <= limit; index++) {
+      if (index > 0 || !first) pos = separator(out, pos);
+      pos = put(out, pos, block[index] === 0 ? TEXT_FALSE : TEXT_TRUE);
+    }
+    cursor.index = index;
+    cursor.pos = pos;
+  },
+  store(block, index, _leaf, kind) {
+    block[index] = kind === Leaf.True ? 1 : 0;
+  },
+};
+
+// ---- floats --------------------------------------------------------------------------------
+
+const F32_NAN = 0x7fc00000;
+const DECIMAL: Decimal = { k: 0, e: 0 };
+
+/** Writes one float32 (given its bits and value) as the writer spells it. */
+function writeFloat32(out: Uint8Array, pos: number, bits: number, x: number): number {
+  const magnitude = bits & 0x7fffffff;
+  if (magnitude >= 0x7f800000) {
+    if (magnitude > 0x7f800000) return put(out, pos, TEXT_NAN);
+    return put(out, pos, bits === magnitude ? TEXT_INF : TEXT_NEG_INF);
+  }
+  if (magnitude === 0) {
+    if (bits !== 0) return put(out, pos, TEXT_NEG_ZERO);
+    out[pos] = 0x30;
+    return pos + 1;
+  }
+  shortestFloat32(x < 0 ? -x : x, magnitude, DECIMAL);
+  return writeDecimal(out, pos, bits !== magnitude, DECIMAL.k, DECIMAL.e);
+}
+
+function float32Lossless(words: Uint32Array): boolean {
+  for (let i = 0; i < words.length; i++) {
+    const w = words[i]!;
+    // A NaN (exponent all ones, mantissa non-zero) other than the canonical quiet NaN.
+    if ((w & 0x7f800000) === 0x7f800000 && (w & 0x7fffff) !== 0 && w !== F32_NAN) return false;
+  }
+  return true;
+}
+
+function specialValue(kind: number): number {
+  return kind === Leaf.NaN ? NaN : kind === Leaf.Infinity ? Infinity : -Infinity;
+}
+
+const NUMBER_KINDS = Leaf.Integer | Leaf.Float;
+
+/** The value of a float leaf, refusing finite text that overflows the float64 range. */
+function floatLeaf(dtype: Dtype, kind: number, text: Uint8Array, start: number, end: number): number {
+  if ((kind & NUMBER_KINDS) === 0) return specialValue(kind);
+  const x = parseNumberToken(text, start, end);
+  if (x === Infinity || x === -Infinity) throw new ValueError("ValueOutOfRange", `${tokenText(text, start, end)} overflows ${dtype}`);
+  return x;
+}
+
+const f32Scratch = new Float32Array(1);
+
+/** Stores a float64 into a float32 slot, refusing a finite value that rounds to infinity. */
+function storeFloat32(floats: Float32Array, slot: number, x: number, dtype: Dtype, text: Uint8Array, start: number, end: number): void {
+  f32Scratch[0] = x;
+  const y = f32Scratch[0]!;
+  if ((y === Infinity || y === -Infinity) && x !== y) {
+    throw new ValueError("ValueOutOfRange", `${tokenText(text, start, end)} overflows ${dtype} (largest finite 3.4028235e+38)`);
+  }
+  floats[slot] = y;
+}
+
+const f32Slots = viewCache((b, o, n) => new Float32Array(b, o, n), 4);
+const c64Slots = viewCache((b, o, n) => new Float32Array(b, o, n), 4);
+const f64Slots = viewCache((b, o, n) => new Float64Array(b, o, n), 8);
+
+const f32Codec: ValueCodec = {
+  dtype: "F32",
+  elementBytes: 4,
+  leavesPerElement: 1,
+  maxTextBytes: 2 + 16,
+  allowedLeaves: FLOAT_LEAVES,
+  alwaysLossless: () => false,
+  lossless: (block) => float32Lossless(view(block, (b, o, n) => new Uint32Array(b, o, n), 4)),
+  format(block, end, out, limit, cursor, first) {
+    const words = view(block, (b, o, n) => new Uint32Array(b, o, n), 4);
+    const floats = view(block, (b, o, n) => new Float32Array(b, o, n), 4);
+    let { index, pos } = cursor;
+    for (; index < end && pos <= limit; index++) {
+      if (index > 0 || !first) pos = separator(out, pos);
+      pos = writeFloat32(out, pos, words[index]!, floats[index]!);
+    }
+    cursor.index = index;
+    cursor.pos = pos;
+  },
+  store(block, index, _leaf, kind, text, start, end) {
+    const x = floatLeaf("F32", kind, text, start, end);
+    storeFloat32(f32Slots(block), index, x, "F32", text, start, end);
+  },
+};
+
+const c64Codec: ValueCodec = {
+  dtype: "C64",
+  elementBytes: 8,
+  leavesPerElement: 2,
+  maxTextBytes: 2 + 2 * 16 + 4,
+  allowedLeaves: FLOAT_LEAVES,
+  alwaysLossless: () => false,
+  lossless: (block) => float32Lossless(view(block, (b, o, n) => new Uint32Array(b, o, n), 4)),
+  format(block, end, out, limit, cursor, first) {
+    const words = view(block, (b, o, n) => new Uint32Array(b, o, n), 4);
+    const floats = view(block, (b, o, n) => new Float32Array(b, o, n), 4);
+    let { index, pos } = cursor;
+    for (; index < end && pos <= limit; index++) {
+      if (index > 0 || !first) pos = separator(out, pos);
+      out[pos++] = 0x5b;
+      pos = writeFloat32(out, pos, words[2 * index]!, floats[2 * index]!);
+      pos = separator(out, pos);
+      pos = writeFloat32(out, pos, words[2 * index + 1]!, floats[2 * index + 1]!);
+      out[pos++] = 0x5d;
+    }
+    cursor.index = index;
+    cursor.pos = pos;
+  },
+  store(block, index, leaf, kind, text, start, end) {
+    const x = floatLeaf("C64", kind, text, start, end);
+    storeFloat32(c64Slots(block), 2 * index + leaf, x, "C64", text, start, end);
+  },
+};
+
+const f64Codec: ValueCodec = {
+  dtype: "F64",
+  elementBytes: 8,
+  leavesPerElement: 1,
+  maxTextBytes: 2 + 24,
+  allowedLeaves: FLOAT_LEAVES,
+  alwaysLossless: () => false,
+  lossless(block) {
+    const words = view(block, (b, o, n) => new Uint32Array(b, o, n), 4);
+    for (let i = 0; i < words.length; i += 2) {
+      const lo = words[i]!;
+      const hi = words[i + 1]!;
+      if ((hi & 0x7ff00000) === 0x7ff00000 && ((hi & 0xfffff) !== 0 || lo !== 0) && (hi !== 0x7ff80000 || lo !== 0)) return false;
+    }
+    return true;
+  },
+  format(block, end, out, limit, cursor, first) {
+    const floats = view(block, (b, o, n) => new Float64Array(b, o, n), 8);
+    let { index, pos } = cursor;
+    for (; index < end && pos <= limit; index++) {
+      if (index > 0 || !first) pos = separator(out, pos);
+      const x = floats[index]!;
+      if (x !== x) pos = put(out, pos, TEXT_NAN);
+      else if (x === Infinity) pos = put(out, pos, TEXT_INF);
+      else if (x === -Infinity) pos = put(out, pos, TEXT_NEG_INF);
+      else if (x === 0 && 1 / x < 0) pos = put(out, pos, TEXT_NEG_ZERO);
+      else pos = writeAscii(out, pos, String(x)); // ECMA-262 Number::toString: the shortest round trip
+    }
+    cursor.index = index;
+    cursor.pos = pos;
+  },
+  store(block, index, _leaf, kind, text, start, end) {
+    f64Slots(block)[index] = floatLeaf("F64", kind, text, start, end);
+  },
+};
+
+/** Every bit pattern's text and whether it reads back to itself, for a 16- or 8-bit float. */
+interface TextTable {
+  /** Concatenated texts; pattern p is `bytes[offsets[p], offsets[p + 1])`. */
+  bytes: Uint8Array;
+  offsets: Uint32Array;
+  lossless: Uint8Array;
+}
+
+/** The text the writer uses for a minifloat pattern: `"NaN"`, `"Infinity"`, `-0.0`, or the shortest decimal. */
+export function minifloatText(codec: MinifloatCodec, bits: number): string {
+  const x = codec.decode(bits);
+  if (x !== x) return '"NaN"';
+  if (x === Infinity) return '"Infinity"';
+  if (x === -Infinity) return '"-Infinity"';
+  if (x === 0) return 1 / x < 0 ? "-0.0" : "0";
+  return decimalText(x < 0, shortestDecimal(x, (y) => codec.encode(y) === bits));
+}
+
+function buildTextTable(codec: MinifloatCodec): TextTable {
+  const count = 1 << codec.width;
+  const texts: string[] = [];
+  const lossless = new Uint8Array(count);
+  let total = 0;
+  for (let bits = 0; bits < count; bits++) {
+    const text = minifloatText(codec, bits);
+    texts.push(text);
+    total += text.length;
+    // Decided by the reader's own rounding: only NaNs other than the canonical one fail.
+    lossless[bits] = readBack(codec, text) === bits ? 1 : 0;
+  }
+  const bytes = new Uint8Array(total);
+  const offsets = new Uint32Array(count + 1);
+  let at = 0;
+  texts.forEach((text, bits) => {
+    offsets[bits] = at;
+    at = writeAscii(bytes, at, text);
+  });
+  offsets[count] = at;
+  return { bytes, offsets, lossless };
+}
+
+/** What the reader makes of a text the writer wrote for a minifloat. */
+function readBack(codec: MinifloatCodec, text: string): number {
+  const special = text === '"NaN"' ? NaN : text === '"Infinity"' ? Infinity : text === '"-Infinity"' ? -Infinity : undefined;
+  return codec.encode(special ?? Number(text));
+}
+
+function largestFinite(codec: MinifloatCodec): string {
+  let best = 0;
+  for (let bits = 0; bits < 1 << codec.width; bits++) {
+    const v = codec.decode(bits);
+    if (v > codec.decode(best) && v !== Infinity) best = bits;
+  }
+  return minifloatText(codec, best);
+}
+
+function minifloatCodec(codec: MinifloatCodec): ValueCodec {
+  let table: TextTable | undefined;
+  const getTable = () => (table ??= buildTextTable(codec));
+  const wide = codec.width === 16;
+  const { dtype } = codec;
+  const words = (block: Uint8Array): { readonly [i: number]: number; readonly length: number } =>
+    wide ? view(block, (b, o, n) => new Uint16Array(b, o, n), 2) : block;
+  const slots16 = viewCache((b, o, n) => new Uint16Array(b, o, n), 2);
+  let allowed = Leaf.Integer | Leaf.Float | Leaf.NaN;
+  if (codec.signed) allowed |= Leaf.Negative;
+  if (codec.hasInfinity) allowed |= Leaf.Infinity | Leaf.NegativeInfinity;
+  return {
+    dtype,
+    elementBytes: codec.width / 8,
+    leavesPerElement: 1,
+    maxTextBytes: 2 + 16,
+    allowedLeaves: allowed,
+    alwaysLossless: () => getTable().lossless.every((ok) => ok === 1),
+    lossless(block) {
+      const { lossless } = getTable();
+      const w = words(block);
+      for (let i = 0; i < w.length; i++) if (lossless[w[i]!] === 0) return false;
+      return true;
+    },
+    format(block, end, out, limit, cursor, first) {
+      const { bytes, offsets } = getTable();
+      const w = words(block);
+      let { index, pos } = cursor;
+      for (; index < end && pos <= limit; index++) {
+        if (index > 0 || !first) pos = separator(out, pos);
+        const bits = w[index]!;
+        for (let i = offsets[bits]!, stop = offsets[bits + 1]!; i < stop; i++) out[pos++] = bytes[i]!;
+      }
+      cursor.index = index;
+      cursor.pos = pos;
+    },
+    store(block, index, _leaf, kind, text, start, end) {
+      const x = floatLeaf(dtype, kind, text, start, end);
+      const bits = codec.encode(x);
+      if (bits < 0) {
+        const what = (kind & NUMBER_KINDS) === 0 ? `"${tokenText(text, start, end)}"` : tokenText(text, start, end);
+        throw new ValueError(
+          "ValueOutOfRange",
+          bits === OVERFLOW
+            ? `${what} overflows ${dtype} (largest finite ${largestFinite(codec)})`
+            : `${what} is not representable in ${dtype}, whose values are positive powers of two`,
+        );
+      }
+      if (wide) slots16(block)[index] = bits;
+      else block[index] = bits;
+    },
+  };
+}
+
+const CODECS = new Map<Dtype, ValueCodec>();
+
+/**
+ * The value codec of a dtype, or undefined for F4 and F6, which have no values form (safetensors
+ * does not define how their values pack into bytes).
+ */
+export function valueCodec(dtype: Dtype): ValueCodec | undefined {
+  let codec = CODECS.get(dtype);
+  if (codec === undefined) {
+    codec = makeCodec(dtype);
+    if (codec !== undefined) CODECS.set(dtype, codec);
+  }
+  return codec;
+}
+
+function makeCodec(dtype: Dtype): ValueCodec | undefined {
+  if (dtype === "BOOL") return boolCodec;
+  if (dtype === "F32") return f32Codec;
+  if (dtype === "F64") return f64Codec;
+  if (dtype === "C64") return c64Codec;
+  if (dtype === "I64" || dtype === "U64") return int64Codec(dtype === "I64");
+  const integer = INTEGERS.find((s) => s.dtype === dtype);
+  if (integer !== undefined) return integerCodec(integer);
+  const small = minifloat(dtype);
+  return small === undefined ? undefined : minifloatCodec(small);
+}
+
+/** True on little-endian platforms, where typed-array views read safetensors bytes as they are. */
+export { LITTLE_ENDIAN };
