@@ -1,2 +1,24 @@
-/** Work in progress: see the package README. */
-export {};
+/**
+ * `@st-convert/npy`: NumPy `.npy` and `.npz` to and from the st-convert tensor stream (and so to
+ * and from safetensors), lossless, streaming, without numpy.
+ */
+export { loadCodec, type Codec } from "./Codec.js";
+export { FORTRAN_SLAB_SIZE } from "./fortranToC.js";
+export {
+  type EncodeNpyHeaderOptions,
+  MAX_NPY_HEADER_SIZE,
+  NPY_MAGIC,
+  type NpyHeader,
+  type NpyHeaderOptions,
+  type NpyPreamble,
+  type NpyVersion,
+  encodeNpyHeader,
+  parseNpyHeader,
+  readNpyHeader,
+} from "./NpyHeader.js";
+export { type DtypeDeclarations, type ParsedDescr, descrOfDtype, parseDescr, parseDtypeDeclarations } from "./NpyDtype.js";
+export type { NpyErrorCode } from "./NpyErrorCode.js";
+export { type NpyFile, type NpyReadOptions, type NpyReadOptionsBase, type NpyWriteOptions, npyFormat, readNpy, writeNpy } from "./npy.js";
+export { NPZ_COMMENT_FORMAT, type NpzComment, type NpzFile, type NpzReadOptions, type NpzWriteOptions, npzFormat, readNpz, writeNpz } from "./npz.js";
+export { MAX_LITERAL_DEPTH, type PyValue, parsePythonLiteral } from "./parsePythonLiteral.js";
+export { MAX_NPZ_MEMBER_SIZE, MAX_ZIP_DIRECTORY_SIZE, type ZipReadOptions } from "./ZipArchive.js";

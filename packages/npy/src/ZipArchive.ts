@@ -1,0 +1,663 @@
+/**
+ * The zip container of `.npz`: a reader that trusts only the central directory and bounds
+ * everything by what the archive declares, and a sequential writer whose bytes are those of
+ * Python's `zipfile` as numpy drives it.
+ *
+ * Spec: PKWARE APPNOTE 6.3 (§4.3.7 local header, §4.3.9 data descriptor, §4.3.12 central
+ * directory, §4.3.14–16 ZIP64 end records, §4.5.3 ZIP64 extra field), and CPython 3.11
+ * `Lib/zipfile.py` for the behaviour to match (`_EndRecData`, `_RealGetContents`,
+ * `ZipInfo._decodeExtra`, `ZipInfo.FileHeader`, `_ZipWriteFile.close`, `_write_end_record`).
+ * numpy opens every member with `force_zip64=True`, so local headers carry sizes 0xFFFFFFFF and a
+ * ZIP64 extra field while the central directory holds the real 32-bit values (formats.md §2.6).
+ */
+import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, readRange } from "@st-convert/core";
+import { settleAll } from "./settleAll.js";
+import type { Codec } from "./Codec.js";
+import type { Payload } from "./Payload.js";
+
+/**
+ * Largest central directory read, in bytes. 64 MiB lists more than a million members; a larger
+ * one can only be a lie meant to make us allocate. Overridable (`maxDirectorySize`).
+ */
+export const MAX_ZIP_DIRECTORY_SIZE = 64 * 1024 * 1024;
+
+/**
+ * Largest uncompressed member accepted: 1 TiB, far past any real tensor, so that a member that
+ * declares more (a bomb, a lie) is refused before a byte is inflated. Overridable (`maxMemberSize`).
+ */
+export const MAX_NPZ_MEMBER_SIZE = 2 ** 40;
+
+/**
+ * DEFLATE expands at most 1032:1 (a 258-byte match coded in 2 bits); a member declaring more
+ * output than that from its compressed size is lying, whatever limit is set.
+ */
+const MAX_DEFLATE_RATIO = 1032;
+
+const SIG_LOCAL = 0x04034b50;
+const SIG_CENTRAL = 0x02014b50;
+const SIG_DESCRIPTOR = 0x08074b50;
+const SIG_END = 0x06054b50;
+const SIG_END64 = 0x06064b50;
+const SIG_LOCATOR64 = 0x07064b50;
+const END_SIZE = 22;
+const END64_SIZE = 56;
+const LOCATOR64_SIZE = 20;
+const CENTRAL_SIZE = 46;
+const LOCAL_SIZE = 30;
+const MAX_COMMENT = 0xffff;
+/** CPython's `zipfile.ZIP64_LIMIT`: past it a size or offset goes to the ZIP64 extra field. */
+const ZIP64_LIMIT = 2 ** 31 - 1;
+const FILECOUNT_LIMIT = 0xffff;
+/** `zipfile.MAX_EXTRACT_VERSION`: archives that need a newer reader are refused. */
+const MAX_EXTRACT_VERSION = 63;
+const FLAG_ENCRYPTED = 0x1;
+const FLAG_DESCRIPTOR = 0x8;
+const FLAG_PATCHED = 0x20;
+const FLAG_STRONG_ENCRYPTION = 0x40;
+const FLAG_UTF8 = 0x800;
+/** Members whose local headers are read at once when an archive is opened. */
+const HEADERS_IN_FLIGHT = 32;
+
+/** Central-directory entry of one member, offsets already corrected for bytes prepended to the archive. */
+export interface ZipEntry {
+  readonly name: string;
+  readonly flags: number;
+  /** 0 stored, 8 deflated (others are refused when the member is located). */
+  readonly method: number;
+  readonly crc32: number;
+  readonly compressedSize: number;
+  readonly size: number;
+  readonly headerOffset: number;
+}
+
+/** A member whose local header has been read and checked. */
+export interface ZipMember extends ZipEntry {
+  /** Offset of the member's first data byte. */
+  readonly dataOffset: number;
+}
+
+/** What the end records and the central directory say. */
+export interface ZipDirectory {
+  /** Entries in central-directory order (the order the members were written). */
+  readonly entries: readonly ZipEntry[];
+  /** The archive comment, as stored. */
+  readonly comment: Uint8Array;
+  /** Offset of the central directory, where member data must end. */
+  readonly directoryOffset: number;
+}
+
+/** Options of the zip reader. */
+export interface ZipReadOptions {
+  /** Largest central directory, in bytes. Default {@link MAX_ZIP_DIRECTORY_SIZE}. */
+  maxDirectorySize?: number;
+  /** Largest uncompressed member, in bytes. Default {@link MAX_NPZ_MEMBER_SIZE}. */
+  maxMemberSize?: number;
+}
+
+function bad(rule: string): never {
+  throw new StConvertError("BadZipFile", rule);
+}
+
+function view(bytes: Uint8Array): DataView {
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+function u64(v: DataView, at: number, what: string): number {
+  const value = v.getBigUint64(at, true);
+  if (value > BigInt(Number.MAX_SAFE_INTEGER)) bad(`${what} ${value} is past any file st-convert can read`);
+  return Number(value);
+}
+
+/**
+ * Reads the end records and the central directory, as `zipfile` does: the end record is the last
+ * `PK\5\6` in the final 64 KiB + 22 bytes, a ZIP64 locator and end record right before it replace
+ * its counts, and bytes prepended to the archive shift every offset.
+ * @throws StConvertError `BadZipFile` (not a zip, truncated, bad signatures, corrupt extra
+ *   fields, multi-disk), `LimitExceeded` (directory past the limit), `Unsupported` (needs a
+ *   newer zip reader).
+ */
+export async function readZipDirectory(source: ByteSource, options: ZipReadOptions = {}): Promise<ZipDirectory> {
+  const maxDirectorySize = options.maxDirectorySize ?? MAX_ZIP_DIRECTORY_SIZE;
+  if (source.size < END_SIZE) bad(`File is not a zip file: ${source.size} bytes, fewer than an end-of-archive record`);
+  const tailStart = Math.max(0, source.size - END_SIZE - MAX_COMMENT);
+  const tail = await source.read(tailStart, source.size - tailStart);
+  const tv = view(tail);
+  let at = tail.byteLength - END_SIZE;
+  if (!(tv.getUint32(at, true) === SIG_END && tv.getUint16(at + 20, true) === 0)) {
+    // An archive with a comment: the last signature wins, as in zipfile (`rfind`).
+    at = -1;
+    for (let i = tail.byteLength - 4; i >= 0; i--) {
+      if (tail[i] === 0x50 && tv.getUint32(i, true) === SIG_END) {
+        at = i;
+        break;
+      }
+    }
+    if (at < 0 || at + END_SIZE > tail.byteLength) bad("File is not a zip file: no end-of-central-directory record");
+  }
+  const endOffset = tailStart + at;
+  const commentLength = tv.getUint16(at + 20, true);
+  const comment = tail.slice(at + END_SIZE, at + END_SIZE + commentLength);
+  let count = tv.getUint16(at + 10, true);
+  let directorySize = tv.getUint32(at + 12, true);
+  let directoryOffset = tv.getUint32(at + 16, true);
+  let zip64 = false;
+
+  if (endOffset >= LOCATOR64_SIZE) {
+    const locator = await source.read(endOffset - LOCATOR64_SIZE, LOCATOR64_SIZE);
+    const lv = view(locator);
+    if (lv.getUint32(0, true) === SIG_LOCATOR64) {
+      if (lv.getUint32(4, true) !== 0 || lv.getUint32(16, true) > 1) bad("zip files that span multiple disks are not supported");
+      // zipfile looks right before the locator (no extensible data), not where the locator points.
+      const end64At = endOffset - LOCATOR64_SIZE - END64_SIZE;
+      if (end64At >= 0) {
+        const end64 = view(await source.read(end64At, END64_SIZE));
+        if (end64.getUint32(0, true) === SIG_END64) {
+          zip64 = true;
+          count = u64(end64, 32, "entry count");
+          directorySize = u64(end64, 40, "central directory size");
+          directoryOffset = u64(end64, 48, "central directory offset");
+        }
+      }
+    }
+  }
+  let concat = endOffset - directorySize - directoryOffset;
+  if (zip64) concat -= END64_SIZE + LOCATOR64_SIZE;
+  const start = directoryOffset + concat;
+  if (start < 0 || directorySize < 0 || start + directorySize > endOffset) bad("Bad offset for central directory");
+  if (directorySize > maxDirectorySize) {
+    throw new StConvertError("LimitExceeded", `central directory of ${directorySize} bytes is larger than the limit of ${maxDirectorySize}`);
+  }
+  void count; // zipfile walks the directory by its size and ignores the count; so do we.
+
+  const directory = await source.read(start, directorySize);
+  const dv = view(directory);
+  const entries: ZipEntry[] = [];
+  for (let p = 0; p < directory.byteLength; ) {
+    if (p + CENTRAL_SIZE > directory.byteLength) bad("Truncated central directory");
+    if (dv.getUint32(p, true) !== SIG_CENTRAL) bad("Bad magic number for central directory");
+    const extractVersion = directory[p + 6]!;
+    const flags = dv.getUint16(p + 8, true);
+    const method = dv.getUint16(p + 10, true);
+    const crc32 = dv.getUint32(p + 16, true);
+    let compressedSize = dv.getUint32(p + 20, true);
+    let size = dv.getUint32(p + 24, true);
+    const nameLength = dv.getUint16(p + 28, true);
+    const extraLength = dv.getUint16(p + 30, true);
+    const commentLen = dv.getUint16(p + 32, true);
+    let headerOffset = dv.getUint32(p + 42, true);
+    const end = p + CENTRAL_SIZE + nameLength + extraLength + commentLen;
+    if (end > directory.byteLength) bad("Truncated central directory");
+    const name = decodeName(directory.subarray(p + CENTRAL_SIZE, p + CENTRAL_SIZE + nameLength), flags);
+    if (extractVersion > MAX_EXTRACT_VERSION) {
+      throw new StConvertError("Unsupported", `member ${JSON.stringify(name)} needs zip version ${extractVersion / 10}, newer than this reader`);
+    }
+    // ZipInfo._decodeExtra: a ZIP64 field holds, in order, each 32-bit value that is 0xFFFFFFFF.
+    const extra = directory.subarray(p + CENTRAL_SIZE + nameLength, p + CENTRAL_SIZE + nameLength + extraLength);
+    const ev = view(extra);
+    for (let e = 0; e + 4 <= extra.byteLength; ) {
+      const type = ev.getUint16(e, true);
+      const length = ev.getUint16(e + 2, true);
+      if (e + 4 + length > extra.byteLength) bad(`Corrupt extra field ${type.toString(16).padStart(4, "0")} (size=${length})`);
+      if (type === 1) {
+        let q = e + 4;
+        const take = (what: string): number => {
+          if (q + 8 > e + 4 + length) bad(`Corrupt zip64 extra field. ${what} not found.`);
+          const value = u64(ev, q, what);
+          q += 8;
+          return value;
+        };
+        if (size === 0xffffffff) size = take("File size");
+        if (compressedSize === 0xffffffff) compressedSize = take("Compress size");
+        if (headerOffset === 0xffffffff) headerOffset = take("Header offset");
+      }
+      e += 4 + length;
+    }
+    entries.push({ name, flags, method, crc32, compressedSize, size, headerOffset: headerOffset + concat });
+    p = end;
+  }
+  return { entries, comment, directoryOffset: start };
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const CP437_HIGH =
+  "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ¢£¥₧ƒáíóúñÑªº¿⌐¬½¼¡«»░▒▓│┤╡╢╖╕╣║╗╝╜╛┐└┴┬├─┼╞╟╚╔╩╦╠═╬╧╨╤╥╙╘╒╓╫╪┘┌█▄▌▐▀αßΓπΣσµτΦΘΩδ∞φε∩≡±≥≤⌠⌡÷≈°∙·√ⁿ²■\u00a0";
+
+/** A member name as zipfile decodes it: UTF-8 with flag 11 set, else code page 437. */
+function decodeName(bytes: Uint8Array, flags: number): string {
+  if ((flags & FLAG_UTF8) !== 0) {
+    try {
+      return utf8.decode(bytes);
+    } catch {
+      return bad("a member name flagged as UTF-8 is not valid UTF-8");
+    }
+  }
+  let name = "";
+  for (const b of bytes) name += b < 0x80 ? String.fromCharCode(b) : CP437_HIGH[b - 0x80]!;
+  return name;
+}
+
+/**
+ * Reads and checks each member's local header, and checks that every member's data lies between
+ * its header and the next member's (or the central directory), as CPython ≥ 3.12 does against
+ * "overlapped entries" zip bombs; then that sizes are possible and within the limit.
+ * @throws StConvertError `BadZipFile`, `OverlappingMembers`, `MemberSizeMismatch`,
+ *   `LimitExceeded`, `Unsupported` (encryption, compression other than stored/deflated).
+ */
+export async function locateMembers(source: ByteSource, directory: ZipDirectory, options: ZipReadOptions = {}): Promise<ZipMember[]> {
+  const maxMemberSize = options.maxMemberSize ?? MAX_NPZ_MEMBER_SIZE;
+  const members: ZipMember[] = [];
+  for (let i = 0; i < directory.entries.length; i += HEADERS_IN_FLIGHT) {
+    const batch = directory.entries.slice(i, i + HEADERS_IN_FLIGHT);
+    members.push(...(await settleAll(batch.map((entry) => locate(source, entry)))));
+  }
+  const byOffset = [...members].sort((a, b) => b.headerOffset - a.headerOffset);
+  let end = directory.directoryOffset;
+  for (const m of byOffset) {
+    if (m.dataOffset + m.compressedSize > end) {
+      const other = end === directory.directoryOffset ? "the central directory" : "the next member";
+      throw new StConvertError("OverlappingMembers", `member ${JSON.stringify(m.name)}: its ${m.compressedSize} bytes of data at offset ${m.dataOffset} run into ${other} at ${end} (overlapping entries: a possible zip bomb)`);
+    }
+    end = m.headerOffset;
+  }
+  for (const m of members) checkMember(m, maxMemberSize);
+  return members;
+}
+
+async function locate(source: ByteSource, entry: ZipEntry): Promise<ZipMember> {
+  const where = `member ${JSON.stringify(entry.name)}`;
+  if (entry.headerOffset + LOCAL_SIZE > source.size) bad(`${where}: local header at offset ${entry.headerOffset} is past the end of the ${source.size}-byte archive`);
+  const header = await source.read(entry.headerOffset, LOCAL_SIZE);
+  const hv = view(header);
+  if (hv.getUint32(0, true) !== SIG_LOCAL) bad(`${where}: Bad magic number for file header`);
+  const localFlags = hv.getUint16(6, true);
+  const nameLength = hv.getUint16(26, true);
+  const extraLength = hv.getUint16(28, true);
+  const dataOffset = entry.headerOffset + LOCAL_SIZE + nameLength + extraLength;
+  if (dataOffset > source.size) bad(`${where}: local header runs past the end of the archive`);
+  const localName = decodeName(await source.read(entry.headerOffset + LOCAL_SIZE, nameLength), localFlags);
+  if (localName !== entry.name) bad(`File name in directory ${JSON.stringify(entry.name)} and header ${JSON.stringify(localName)} differ.`);
+  return { ...entry, dataOffset };
+}
+
+function checkMember(m: ZipMember, maxMemberSize: number): void {
+  const where = `member ${JSON.stringify(m.name)}`;
+  if ((m.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION)) !== 0) throw new StConvertError("Unsupported", `${where} is encrypted`);
+  if ((m.flags & FLAG_PATCHED) !== 0) throw new StConvertError("Unsupported", `${where} holds compressed patched data (flag bit 5)`);
+  if (m.method !== 0 && m.method !== 8) {
+    const known: Record<number, string> = { 9: "deflate64", 12: "bzip2", 14: "lzma", 93: "zstandard", 95: "xz" };
+    throw new StConvertError("Unsupported", `${where} uses compression method ${m.method}${known[m.method] === undefined ? "" : ` (${known[m.method]})`}; numpy writes only stored and deflated members`);
+  }
+  if (m.method === 0 && m.compressedSize !== m.size) {
+    throw new StConvertError("MemberSizeMismatch", `${where} is stored but declares ${m.compressedSize} stored bytes and ${m.size} uncompressed`);
+  }
+  if (m.method === 8 && m.size > m.compressedSize * MAX_DEFLATE_RATIO + 1024) {
+    bad(`${where} declares ${m.size} bytes from ${m.compressedSize} compressed ones, more than DEFLATE can produce (${MAX_DEFLATE_RATIO}:1)`);
+  }
+  if (m.size > maxMemberSize) {
+    throw new StConvertError("LimitExceeded", `${where} declares ${m.size} bytes, more than the limit of ${maxMemberSize} (maxMemberSize)`);
+  }
+}
+
+/** Compressed bytes read at once when inflating a member. */
+const INFLATE_INPUT = 1024 * 1024;
+/** Smaller reads and buffers when only a member's first bytes (its npy header) are wanted. */
+const HEAD_INFLATE = 16 * 1024;
+
+/** A member's bytes as a {@link Payload}: CRC-32 and sizes verified whenever a pass reaches the end. */
+export function memberPayload(source: ByteSource, member: ZipMember, codec: Codec): Payload {
+  return member.method === 0 ? storedPayload(source, member, codec) : deflatedPayload(source, member, codec);
+}
+
+function crcError(member: ZipMember, actual: number): StConvertError {
+  const hex = (n: number) => n.toString(16).padStart(8, "0");
+  return new StConvertError("BadCrc", `Bad CRC-32 for member ${JSON.stringify(member.name)}: the archive records ${hex(member.crc32)}, its bytes have ${hex(actual)}`);
+}
+
+function checkRangeOf(member: ZipMember, offset: number, length: number): void {
+  if (offset + length > member.size) {
+    throw new StConvertError("UnexpectedEof", `member ${JSON.stringify(member.name)} holds ${member.size} bytes; bytes up to ${offset + length} were expected`);
+  }
+}
+
+function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Payload {
+  const crcOf = async (offset: number, length: number, crc: number): Promise<number> => {
+    for await (const chunk of readRange(source, member.dataOffset + offset, length, DEFAULT_CHUNK_SIZE)) crc = codec.crc32(chunk, crc);
+    return crc;
+  };
+  return {
+    size: member.size,
+    head: (length) => source.read(member.dataOffset, Math.min(length, member.size)),
+    async *range(offset, length, chunkSize) {
+      checkRangeOf(member, offset, length);
+      let crc = await crcOf(0, offset, 0);
+      for await (const chunk of readRange(source, member.dataOffset + offset, length, chunkSize)) {
+        crc = codec.crc32(chunk, crc);
+        yield chunk;
+      }
+      crc = await crcOf(offset + length, member.size - offset - length, crc);
+      if (crc !== member.crc32) throw crcError(member, crc);
+    },
+    random: async (offset, length) => {
+      checkRangeOf(member, offset, length);
+      return source.read(member.dataOffset + offset, length);
+    },
+    async verify() {
+      const crc = await crcOf(0, member.size, 0);
+      if (crc !== member.crc32) throw crcError(member, crc);
+    },
+  };
+}
+
+function deflatedPayload(source: ByteSource, member: ZipMember, codec: Codec): Payload {
+  const where = `member ${JSON.stringify(member.name)}`;
+  /** One pass of inflation, refused the moment it passes the declared size; `check` verifies the end. */
+  async function* inflate(inputChunk: number, outputChunk: number, check: boolean): AsyncGenerator<Uint8Array> {
+    let produced = 0;
+    let crc = 0;
+    for await (const chunk of codec.inflateRaw(readRange(source, member.dataOffset, member.compressedSize, inputChunk), { chunkSize: outputChunk })) {
+      produced += chunk.byteLength;
+      if (produced > member.size) {
+        throw new StConvertError("MemberSizeMismatch", `${where} inflates past the ${member.size} bytes it declares (a possible zip bomb)`);
+      }
+      if (check) crc = codec.crc32(chunk, crc);
+      yield chunk;
+    }
+    if (!check) return;
+    if (produced !== member.size) throw new StConvertError("MemberSizeMismatch", `${where} inflates to ${produced} bytes, not the ${member.size} it declares`);
+    if (crc !== member.crc32) throw crcError(member, crc);
+  }
+  let headCache: Uint8Array = new Uint8Array(0);
+  return {
+    size: member.size,
+    async head(length) {
+      const want = Math.min(length, member.size);
+      if (headCache.byteLength >= want) return headCache.subarray(0, want);
+      const parts: Uint8Array[] = [];
+      let have = 0;
+      const pass = inflate(HEAD_INFLATE, HEAD_INFLATE, false);
+      try {
+        for await (const chunk of pass) {
+          parts.push(chunk);
+          have += chunk.byteLength;
+          if (have >= want) break;
+        }
+      } finally {
+        await pass.return(undefined);
+      }
+      headCache = concat(parts, have);
+      return headCache.subarray(0, Math.min(want, have));
+    },
+    async *range(offset, length, chunkSize) {
+      checkRangeOf(member, offset, length);
+      let position = 0;
+      let pending: Uint8Array[] = [];
+      let pendingLength = 0;
+      const end = offset + length;
+      for await (const chunk of inflate(INFLATE_INPUT, Math.max(chunkSize, 64 * 1024), true)) {
+        const from = Math.max(0, offset - position);
+        const to = Math.min(chunk.byteLength, end - position);
+        position += chunk.byteLength;
+        if (from >= to) continue;
+        // Re-cut the inflated pieces into chunks of exactly chunkSize, copying only across piece boundaries.
+        let piece = chunk.subarray(from, to);
+        while (piece.byteLength > 0) {
+          if (pendingLength === 0 && piece.byteLength >= chunkSize) {
+            yield piece.subarray(0, chunkSize);
+            piece = piece.subarray(chunkSize);
+            continue;
+          }
+          const take = Math.min(chunkSize - pendingLength, piece.byteLength);
+          pending.push(piece.subarray(0, take));
+          pendingLength += take;
+          piece = piece.subarray(take);
+          if (pendingLength === chunkSize) {
+            yield concat(pending, pendingLength);
+            pending = [];
+            pendingLength = 0;
+          }
+        }
+      }
+      if (pendingLength > 0) yield concat(pending, pendingLength);
+    },
+    random: undefined,
+    async verify() {
+      for await (const _ of inflate(INFLATE_INPUT, 1024 * 1024, true));
+    },
+  };
+}
+
+function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
+  if (parts.length === 1 && parts[0]!.byteLength === length) return parts[0]!;
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const part of parts) {
+    out.set(part.subarray(0, length - at), at);
+    at += Math.min(part.byteLength, length - at);
+  }
+  return out;
+}
+
+// ----- writer -----
+
+interface WrittenEntry {
+  readonly name: Uint8Array;
+  readonly flags: number;
+  readonly method: number;
+  readonly crc32: number;
+  readonly compressedSize: number;
+  readonly size: number;
+  readonly offset: number;
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * A member name's bytes and flags, as zipfile encodes it: ASCII as is, anything else UTF-8 with flag 11.
+ * @throws StConvertError `InvalidName` for a lone surrogate (no UTF-8 form) or a name past 65,535 bytes.
+ */
+export function encodeName(name: string): { bytes: Uint8Array; flags: number } {
+  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(name)) {
+    throw new StConvertError("InvalidName", `${JSON.stringify(name)} holds a lone UTF-16 surrogate, which UTF-8 cannot encode`);
+  }
+  const bytes = encoder.encode(name);
+  if (bytes.byteLength > 0xffff) throw new StConvertError("InvalidName", `a zip member name is at most 65,535 bytes; this one has ${bytes.byteLength}`);
+  // eslint-disable-next-line no-control-regex
+  return { bytes, flags: /^[\x00-\x7f]*$/.test(name) ? 0 : FLAG_UTF8 };
+}
+
+/**
+ * Writes a zip archive sequentially to a {@link ByteSink}, byte for byte as CPython's `zipfile`
+ * does when numpy writes an `.npz`: time 1980-01-01 00:00, Unix permissions 0600, a ZIP64 extra
+ * field in every local header, ZIP64 fields in the central directory and the ZIP64 end records
+ * only past zipfile's limits (2^31 − 1 bytes, 65,535 members).
+ */
+export class ZipWriter {
+  readonly #sink: ByteSink;
+  readonly #codec: Codec;
+  readonly #entries: WrittenEntry[] = [];
+  #offset = 0;
+
+  constructor(sink: ByteSink, codec: Codec) {
+    this.#sink = sink;
+    this.#codec = codec;
+  }
+
+  /** Bytes written so far. */
+  get offset(): number {
+    return this.#offset;
+  }
+
+  async #put(bytes: Uint8Array): Promise<void> {
+    await this.#sink.write(bytes);
+    this.#offset += bytes.byteLength;
+  }
+
+  #localHeader(name: Uint8Array, flags: number, method: number, crc32: number, size: number, compressedSize: number): Uint8Array {
+    const out = new Uint8Array(LOCAL_SIZE + name.byteLength + 20);
+    const v = view(out);
+    v.setUint32(0, SIG_LOCAL, true);
+    v.setUint16(4, 45, true);
+    v.setUint16(6, flags, true);
+    v.setUint16(8, method, true);
+    v.setUint16(10, 0, true);
+    v.setUint16(12, 0x21, true);
+    v.setUint32(14, crc32, true);
+    v.setUint32(18, 0xffffffff, true);
+    v.setUint32(22, 0xffffffff, true);
+    v.setUint16(26, name.byteLength, true);
+    v.setUint16(28, 20, true);
+    out.set(name, LOCAL_SIZE);
+    const e = LOCAL_SIZE + name.byteLength;
+    v.setUint16(e, 1, true);
+    v.setUint16(e + 2, 16, true);
+    v.setBigUint64(e + 4, BigInt(size), true);
+    v.setBigUint64(e + 12, BigInt(compressedSize), true);
+    return out;
+  }
+
+  /**
+   * A stored member whose CRC-32 and size are known before its bytes (numpy's layout when it
+   * writes to a file). The bytes are checked against both as they pass.
+   * @throws StConvertError `ByteLengthMismatch` when `data` delivers other bytes than declared.
+   */
+  async addStored(name: string, size: number, crc32: number, data: AsyncIterable<Uint8Array>): Promise<void> {
+    const { bytes, flags } = encodeName(name);
+    const offset = this.#offset;
+    await this.#put(this.#localHeader(bytes, flags, 0, crc32, size, size));
+    let written = 0;
+    let crc = 0;
+    for await (const chunk of data) {
+      written += chunk.byteLength;
+      if (written > size) break;
+      crc = this.#codec.crc32(chunk, crc);
+      await this.#put(chunk);
+    }
+    if (written !== size || crc !== crc32) {
+      throw new StConvertError("ByteLengthMismatch", `member ${JSON.stringify(name)}: its bytes changed between the pass that measured them and the pass that wrote them`);
+    }
+    this.#entries.push({ name: bytes, flags, method: 0, crc32, compressedSize: size, size, offset });
+  }
+
+  /**
+   * A member whose CRC-32 and sizes follow its data in a ZIP64 data descriptor (numpy's layout
+   * when it writes to a pipe): one pass over the bytes. `level` (0–9) deflates them; undefined stores them.
+   */
+  async addStreamed(name: string, data: AsyncIterable<Uint8Array>, level?: number): Promise<void> {
+    const { bytes, flags: nameFlags } = encodeName(name);
+    const flags = nameFlags | FLAG_DESCRIPTOR;
+    const method = level === undefined ? 0 : 8;
+    const offset = this.#offset;
+    await this.#put(this.#localHeader(bytes, flags, method, 0, 0, 0));
+    let size = 0;
+    let crc = 0;
+    const codec = this.#codec;
+    async function* measured(): AsyncGenerator<Uint8Array> {
+      for await (const chunk of data) {
+        size += chunk.byteLength;
+        crc = codec.crc32(chunk, crc);
+        yield chunk;
+      }
+    }
+    let compressedSize = 0;
+    for await (const chunk of level === undefined ? measured() : codec.deflateRaw(measured(), level)) {
+      compressedSize += chunk.byteLength;
+      await this.#put(chunk);
+    }
+    const descriptor = new Uint8Array(24);
+    const v = view(descriptor);
+    v.setUint32(0, SIG_DESCRIPTOR, true);
+    v.setUint32(4, crc, true);
+    v.setBigUint64(8, BigInt(compressedSize), true);
+    v.setBigUint64(16, BigInt(size), true);
+    await this.#put(descriptor);
+    this.#entries.push({ name: bytes, flags, method, crc32: crc, compressedSize, size, offset });
+  }
+
+  /**
+   * Writes the central directory and the end records with `comment` (at most 65,535 bytes).
+   * The caller then closes the sink.
+   * @throws StConvertError `LimitExceeded` for a comment past 65,535 bytes.
+   */
+  async finish(comment: Uint8Array = new Uint8Array(0)): Promise<void> {
+    if (comment.byteLength > MAX_COMMENT) {
+      throw new StConvertError("LimitExceeded", `a zip archive comment holds at most ${MAX_COMMENT} bytes; this one needs ${comment.byteLength}`);
+    }
+    const directoryOffset = this.#offset;
+    for (const entry of this.#entries) await this.#put(centralEntry(entry));
+    const directorySize = this.#offset - directoryOffset;
+    let count = this.#entries.length;
+    let size = directorySize;
+    let offset = directoryOffset;
+    if (count > FILECOUNT_LIMIT || directoryOffset > ZIP64_LIMIT || directorySize > ZIP64_LIMIT) {
+      const end64At = this.#offset;
+      const records = new Uint8Array(END64_SIZE + LOCATOR64_SIZE);
+      const v = view(records);
+      v.setUint32(0, SIG_END64, true);
+      v.setBigUint64(4, 44n, true);
+      v.setUint16(12, 45, true);
+      v.setUint16(14, 45, true);
+      v.setBigUint64(24, BigInt(count), true);
+      v.setBigUint64(32, BigInt(count), true);
+      v.setBigUint64(40, BigInt(directorySize), true);
+      v.setBigUint64(48, BigInt(directoryOffset), true);
+      v.setUint32(56, SIG_LOCATOR64, true);
+      v.setBigUint64(64, BigInt(end64At), true);
+      v.setUint32(72, 1, true);
+      await this.#put(records);
+      count = Math.min(count, 0xffff);
+      size = Math.min(size, 0xffffffff);
+      offset = Math.min(offset, 0xffffffff);
+    }
+    const end = new Uint8Array(END_SIZE + comment.byteLength);
+    const v = view(end);
+    v.setUint32(0, SIG_END, true);
+    v.setUint16(8, count, true);
+    v.setUint16(10, count, true);
+    v.setUint32(12, size, true);
+    v.setUint32(16, offset, true);
+    v.setUint16(20, comment.byteLength, true);
+    end.set(comment, END_SIZE);
+    await this.#put(end);
+  }
+}
+
+function centralEntry(entry: WrittenEntry): Uint8Array {
+  const zip64: number[] = [];
+  let size = entry.size;
+  let compressedSize = entry.compressedSize;
+  let offset = entry.offset;
+  if (size > ZIP64_LIMIT || compressedSize > ZIP64_LIMIT) {
+    zip64.push(size, compressedSize);
+    size = compressedSize = 0xffffffff;
+  }
+  if (offset > ZIP64_LIMIT) {
+    zip64.push(offset);
+    offset = 0xffffffff;
+  }
+  const extraLength = zip64.length === 0 ? 0 : 4 + 8 * zip64.length;
+  const out = new Uint8Array(CENTRAL_SIZE + entry.name.byteLength + extraLength);
+  const v = view(out);
+  v.setUint32(0, SIG_CENTRAL, true);
+  out[4] = 45; // version made by: 4.5 (ZIP64), on
+  out[5] = 3; // Unix, as zipfile writes on any system but Windows
+  out[6] = 45;
+  v.setUint16(8, entry.flags, true);
+  v.setUint16(10, entry.method, true);
+  v.setUint16(12, 0, true);
+  v.setUint16(14, 0x21, true);
+  v.setUint32(16, entry.crc32, true);
+  v.setUint32(20, compressedSize, true);
+  v.setUint32(24, size, true);
+  v.setUint16(28, entry.name.byteLength, true);
+  v.setUint16(30, extraLength, true);
+  v.setUint32(38, 0o600 << 16, true);
+  v.setUint32(42, offset, true);
+  out.set(entry.name, CENTRAL_SIZE);
+  if (zip64.length > 0) {
+    const e = CENTRAL_SIZE + entry.name.byteLength;
+    v.setUint16(e, 1, true);
+    v.setUint16(e + 2, 8 * zip64.length, true);
+    zip64.forEach((value, i) => v.setBigUint64(e + 4 + 8 * i, BigInt(value), true));
+  }
+  return out;
+}

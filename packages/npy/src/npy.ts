@@ -1,0 +1,179 @@
+/**
+ * The `.npy` format: one array per file.
+ *
+ * Spec: numpy's `numpy/lib/_format_impl.py` (see `NpyHeader.ts`) and the npy format NEP
+ * (https://numpy.org/neps/nep-0001-npy-format.html). A `.npy` file holds no name and no
+ * metadata: the tensor is named after the file, and metadata is dropped with a warning.
+ */
+import {
+  type ByteInput,
+  type ByteSink,
+  DEFAULT_CHUNK_SIZE,
+  StConvertError,
+  type TensorEntry,
+  type TensorFormat,
+  type TensorSource,
+  checkedByteLength,
+  pipeTensor,
+  toByteSource,
+  withContext,
+} from "@st-convert/core";
+import { encodeNpyHeader, NPY_MAGIC, type NpyHeader, type NpyVersion } from "./NpyHeader.js";
+import { type DtypeDeclarations, descrOfDtype, isVoidInNumpy, NO_DECLARATIONS, parseDtypeDeclarations } from "./NpyDtype.js";
+import { openNpyArray } from "./openNpyArray.js";
+import { sourcePayload } from "./Payload.js";
+
+/** The tensor name of a `.npy` when neither an option nor a file name gives one (numpy's name for unnamed arrays). */
+const DEFAULT_NAME = "arr_0";
+
+/** Options shared by the npy and npz readers. */
+export interface NpyReadOptionsBase {
+  /**
+   * What raw void dtypes hold: declarations such as `"V2=BF16"`, `"V1=F8_E4M3"`, `"emb:V2=BF16"`
+   * (see `parseDtypeDeclarations`). Default: none, so a void array is refused with a hint.
+   */
+  dtypes?: readonly string[] | DtypeDeclarations;
+  /** Longest npy header accepted, in characters. Default `MAX_NPY_HEADER_SIZE` (10,000, numpy's). */
+  maxHeaderSize?: number;
+  /** Bytes per Fortran-repack slab (memory used is about twice this). Default `FORTRAN_SLAB_SIZE` (64 MiB). */
+  fortranSlabSize?: number;
+  /** Receives non-fatal notices (ignored trailing bytes, a Python 2 header, skipped members). */
+  onWarning?: (message: string) => void;
+}
+
+/** Options of {@link readNpy}. */
+export interface NpyReadOptions extends NpyReadOptionsBase {
+  /** The tensor's name. Default: the source's name without its directory and extension, else `"arr_0"`. */
+  name?: string;
+}
+
+/** A `.npy` file whose data has not been read yet. */
+export interface NpyFile extends TensorSource {
+  readonly format: "npy";
+  readonly version: NpyVersion;
+  /** The header as the file states it. */
+  readonly header: NpyHeader;
+  /** Offset of the first data byte. */
+  readonly dataOffset: number;
+  /** Always null: a `.npy` file has no room for metadata. */
+  readonly metadata: null;
+  readonly tensors: readonly [TensorEntry];
+}
+
+/** `parseDtypeDeclarations` unless already parsed. */
+export function declarationsOf(dtypes: readonly string[] | DtypeDeclarations | undefined): DtypeDeclarations {
+  if (dtypes === undefined) return NO_DECLARATIONS;
+  return "all" in dtypes ? dtypes : parseDtypeDeclarations(dtypes);
+}
+
+/**
+ * Reads a `.npy` file's header; the data is read when the tensor's `chunks()` is iterated,
+ * little-endian and in C order whatever the file's byte order and layout.
+ * @throws StConvertError naming the file and tensor: `BadMagic`, `UnsupportedVersion`,
+ *   `HeaderTooLarge`, `InvalidHeader`, `InvalidHeaderKeys`, `InvalidShape`, `InvalidFortranOrder`,
+ *   `InvalidDescr`, `UnsupportedDtype`, `UndeclaredVoidDtype`, `UnexpectedEof` (truncated).
+ */
+export async function readNpy(input: ByteInput, options: NpyReadOptions = {}): Promise<NpyFile> {
+  const source = toByteSource(input);
+  const name = options.name ?? fileStem(source.name) ?? DEFAULT_NAME;
+  try {
+    const declarations = declarationsOf(options.dtypes);
+    const array = await openNpyArray(sourcePayload(source), name, { ...options, declarations });
+    return { format: "npy", version: array.version, header: array.header, dataOffset: array.dataOffset, metadata: null, tensors: [array.tensor] };
+  } catch (error) {
+    throw withContext(error, { file: source.name, tensor: name });
+  }
+}
+
+/** Options of {@link writeNpy}. */
+export interface NpyWriteOptions {
+  /** Bytes pulled from the tensor at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
+  chunkSize?: number;
+  /** Receives notices: metadata dropped, a dtype numpy only sees as raw void. */
+  onWarning?: (message: string) => void;
+}
+
+/**
+ * Writes the one tensor of `source` as a `.npy`, byte-identical to `np.save` of the same numpy
+ * (or ml_dtypes) array: BF16 and the F8 types become `<V2`/`<V1` as ml_dtypes saves them (F8_E5M2
+ * included, which `np.save` writes as an unloadable `<f1`). Metadata has no place in a `.npy`: it
+ * is dropped with a warning. The caller closes or aborts the sink.
+ * @throws StConvertError `Unsupported` when `source` holds other than one tensor (write `.npz`),
+ *   `UnsupportedDtype` for F4/F6, `ByteLengthMismatch` when the tensor delivers the wrong byte count.
+ */
+export async function writeNpy(source: TensorSource, sink: ByteSink, options: NpyWriteOptions = {}): Promise<void> {
+  if (source.tensors.length !== 1) {
+    throw new StConvertError(
+      "Unsupported",
+      `a .npy file holds exactly one array, and this source has ${source.tensors.length} tensors; write a .npz archive instead`,
+      { file: sink.name },
+    );
+  }
+  const tensor = source.tensors[0]!;
+  try {
+    checkedByteLength(tensor);
+    const descr = descrOfDtype(tensor.dtype);
+    if (source.metadata !== null && Object.keys(source.metadata).length > 0) {
+      options.onWarning?.(`metadata dropped: a .npy file has no room for it (${Object.keys(source.metadata).length} keys; write .npz to keep them)`);
+    }
+    if (isVoidInNumpy(tensor.dtype)) {
+      options.onWarning?.(
+        `tensor ${JSON.stringify(tensor.name)}: ${tensor.dtype} is written as numpy raw void '${descr}', as ml_dtypes saves it; reading it back needs --dtype V${descr.slice(2)}=${tensor.dtype}`,
+      );
+    }
+    await sink.write(encodeNpyHeader({ descr, shape: tensor.shape }));
+    await pipeTensor(tensor, sink, options.chunkSize ?? DEFAULT_CHUNK_SIZE);
+  } catch (error) {
+    throw withContext(error, { tensor: tensor.name });
+  }
+}
+
+/** A file name without its directory and its last extension (`dir/emb.weight.npy` → `emb.weight`). */
+export function fileStem(path: string | undefined): string | undefined {
+  if (path === undefined) return undefined;
+  const base = path.split(/[\\/]/).pop() ?? path;
+  const stem = base.replace(/\.[^.]*$/, "");
+  return stem === "" ? undefined : stem;
+}
+
+/** String values of a repeatable CLI option. */
+export function stringList(value: unknown): string[] {
+  if (typeof value === "string") return [value];
+  if (Array.isArray(value)) return value.filter((v): v is string => typeof v === "string");
+  return [];
+}
+
+/** The `--dtype` option, shared by npy and npz. */
+export const DTYPE_OPTION = {
+  name: "dtype",
+  type: "string",
+  multiple: true,
+  valueName: "V2=BF16",
+  description: "npy/npz input: what a raw void dtype holds, e.g. V2=BF16, V1=F8_E4M3, or NAME:V2=BF16 for one tensor",
+  appliesTo: "read",
+} as const;
+
+/** The `.npy` format, as registered with the `st-convert` command. */
+export const npyFormat: TensorFormat = {
+  name: "npy",
+  description: "NumPy .npy: one array (v1/v2/v3 headers, either byte order, C or Fortran order)",
+  extensions: [".npy"],
+  options: [
+    {
+      name: "name",
+      type: "string",
+      valueName: "NAME",
+      description: "npy input: the tensor's name (default: the file name without .npy)",
+      appliesTo: "read",
+    },
+    DTYPE_OPTION,
+  ],
+  sniff: (head) => NPY_MAGIC.every((b, i) => head[i] === b),
+  open: (source, context) =>
+    readNpy(source, {
+      name: typeof context.options.name === "string" ? context.options.name : (fileStem(context.fileName) ?? fileStem(source.name)),
+      dtypes: stringList(context.options.dtype),
+      onWarning: context.onWarning,
+    }),
+  write: (tensors, sink, context) => writeNpy(tensors, sink, { onWarning: context.onWarning }),
+};

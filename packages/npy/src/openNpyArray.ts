@@ -1,0 +1,125 @@
+/**
+ * One npy array (a `.npy` file or an `.npz` member) as a lazy {@link TensorEntry}: the header is
+ * read and checked against the bytes that follow it, and the data is delivered in C order and
+ * little-endian, byte-swapped and repacked from Fortran order on the fly.
+ */
+import { DEFAULT_CHUNK_SIZE, type Dtype, StConvertError, type TensorEntry, toSafeNumber } from "@st-convert/core";
+import { FORTRAN_SLAB_SIZE, fortranToC } from "./fortranToC.js";
+import { type NpyHeader, type NpyHeaderOptions, type NpyVersion, readNpyHeader } from "./NpyHeader.js";
+import { type DtypeDeclarations, parseDescr, resolveVoid } from "./NpyDtype.js";
+import { type Payload, StreamCursor } from "./Payload.js";
+import { swapBytesInPlace } from "./swapBytes.js";
+
+/** Chunks a Fortran repack pulls from a forward-only payload. */
+const CURSOR_CHUNK = 4 * 1024 * 1024;
+
+/** Options of {@link openNpyArray}. */
+export interface OpenNpyArrayOptions extends NpyHeaderOptions {
+  declarations: DtypeDeclarations;
+  /** The dtype the container records for this array (the npz archive comment), if any. */
+  recorded?: Dtype;
+  /** Bytes per Fortran-repack slab. Default {@link FORTRAN_SLAB_SIZE}. */
+  fortranSlabSize?: number;
+}
+
+/** An opened npy array: its header and the tensor that delivers its bytes. */
+export interface NpyArray {
+  readonly version: NpyVersion;
+  readonly header: NpyHeader;
+  readonly dataOffset: number;
+  readonly tensor: TensorEntry;
+}
+
+/**
+ * Reads the header of the npy in `payload` and returns the tensor called `name`.
+ * @throws StConvertError from the header ({@link readNpyHeader}), the dtype (`UnsupportedDtype`,
+ *   `InvalidDescr`, `UndeclaredVoidDtype`, `InvalidMetadata` when a recorded dtype does not fit),
+ *   `UnexpectedEof` when fewer data bytes follow than the shape needs, `Unsupported` for a
+ *   dimension past 2^53 − 1. The tensor's `chunks()` throws the container's integrity errors.
+ */
+export async function openNpyArray(payload: Payload, name: string, options: OpenNpyArrayOptions): Promise<NpyArray> {
+  const { version, header, dataOffset } = await readNpyHeader((length) => payload.head(length), options);
+  const parsed = parseDescr(header.descr);
+  let dtype: Dtype;
+  let swapUnit: number;
+  if (parsed.kind === "void") {
+    dtype = resolveVoid(header.descr, parsed.itemSize, name, options.declarations, options.recorded);
+    const unit = dtype === "C64" ? 4 : parsed.itemSize;
+    swapUnit = parsed.swapUnit === -1 && unit > 1 ? unit : 1;
+  } else {
+    if (options.recorded !== undefined && options.recorded !== parsed.dtype) {
+      throw new StConvertError("InvalidMetadata", `the archive comment records ${options.recorded}, but the array's dtype is '${header.descr}' (${parsed.dtype})`);
+    }
+    dtype = parsed.dtype;
+    swapUnit = parsed.swapUnit;
+  }
+  const itemSize = parsed.itemSize;
+  let elements = 1n;
+  for (const dim of header.shape) elements *= dim;
+  const needed = elements * BigInt(itemSize);
+  const available = payload.size - dataOffset;
+  if (needed > BigInt(available)) {
+    throw new StConvertError(
+      "UnexpectedEof",
+      `truncated data: shape (${header.shape.join(", ")}) of '${header.descr}' needs ${needed} bytes after the header, only ${available} follow`,
+    );
+  }
+  const byteLength = Number(needed);
+  if (byteLength < available) options.onWarning?.(`${available - byteLength} bytes after the array data are ignored (np.load ignores them too)`);
+  const shape = header.shape.map((dim) => toSafeNumber(dim, "dimension"));
+  const fortran = header.fortranOrder && shape.filter((d) => d !== 1).length > 1 && byteLength > 0;
+  const slabSize = options.fortranSlabSize ?? FORTRAN_SLAB_SIZE;
+
+  async function* stored(block: number): AsyncGenerator<Uint8Array> {
+    for await (const chunk of payload.range(dataOffset, byteLength, block)) {
+      if (swapUnit <= 1) {
+        yield chunk;
+        continue;
+      }
+      // The payload's memory is not ours to modify.
+      const copy = chunk.slice();
+      swapBytesInPlace(copy, swapUnit);
+      yield copy;
+    }
+  }
+
+  async function* repacked(block: number): AsyncGenerator<Uint8Array> {
+    const random = payload.random;
+    if (random !== undefined) {
+      const reader = { random: true, read: (offset: number, length: number) => random(dataOffset + offset, length) };
+      for await (const chunk of fortranToC(reader, shape, itemSize, { slabSize, chunkSize: block })) {
+        swapBytesInPlace(chunk, swapUnit);
+        yield chunk;
+      }
+      await payload.verify();
+      return;
+    }
+    const cursor = new StreamCursor(() => payload.range(dataOffset, byteLength, CURSOR_CHUNK));
+    try {
+      for await (const chunk of fortranToC(cursor, shape, itemSize, { slabSize, chunkSize: block })) {
+        swapBytesInPlace(chunk, swapUnit);
+        yield chunk;
+      }
+      await cursor.finish();
+    } finally {
+      await cursor.close();
+    }
+  }
+
+  const tensor: TensorEntry = {
+    name,
+    dtype,
+    shape,
+    byteLength,
+    async *chunks({ chunkSize = DEFAULT_CHUNK_SIZE } = {}) {
+      if (!Number.isSafeInteger(chunkSize) || chunkSize < 1) throw new StConvertError("InvalidArgument", `chunkSize must be a positive integer, got ${chunkSize}`);
+      // Whole elements per chunk, so that a byte swap never straddles two chunks.
+      const block = chunkSize >= itemSize ? chunkSize - (chunkSize % itemSize) : itemSize;
+      for await (const chunk of fortran ? repacked(block) : stored(block)) {
+        if (chunk.byteLength <= chunkSize) yield chunk;
+        else for (let at = 0; at < chunk.byteLength; at += chunkSize) yield chunk.subarray(at, at + chunkSize);
+      }
+    },
+  };
+  return { version, header, dataOffset, tensor };
+}
