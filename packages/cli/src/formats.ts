@@ -4,9 +4,10 @@
  */
 import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat } from "@st-convert/core";
 import { flaxFormat } from "@st-convert/flax";
+import { jsonFormat } from "@st-convert/json";
 
 /** Every format st-convert reads and writes, in the order `--help` lists them. */
-export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, flaxFormat];
+export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, flaxFormat, jsonFormat];
 
 /** The format called `name` (as in `--from`/`--to`), case-insensitive. */
 export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {

@@ -178,7 +178,9 @@ async function* valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCo
     }
     if (leaf !== endLeaf) throw changed(source, t, "value count");
     if (!LITTLE_ENDIAN) swapBytes(block, t.dtype === "C64" ? 4 : elementBytes);
-    yield block;
+    if (block.length <= chunkSize) yield block;
+    // A chunk size below one element: the element's bytes in pieces.
+    else for (let at = 0; at < block.length; at += chunkSize) yield block.subarray(at, Math.min(block.length, at + chunkSize));
   }
   // Only brackets, commas and whitespace may remain (the scan counted the values).
   for (;;) {
@@ -525,7 +527,8 @@ export const jsonFormat: TensorFormat = {
     {
       name: "base64",
       type: "boolean",
-      description: "json: write every tensor as data_base64 (raw bytes, bit-exact, compact)",
+      multiple: false,
+      description: "write every tensor as data_base64 (raw bytes, bit-exact, compact)",
       appliesTo: "write",
     },
   ],
