@@ -5,9 +5,10 @@
 import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat } from "@st-convert/core";
 import { flaxFormat } from "@st-convert/flax";
 import { jsonFormat } from "@st-convert/json";
+import { npyFormat, npzFormat } from "@st-convert/npy";
 
 /** Every format st-convert reads and writes, in the order `--help` lists them. */
-export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, flaxFormat, jsonFormat];
+export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, npyFormat, npzFormat, flaxFormat, jsonFormat];
 
 /** The format called `name` (as in `--from`/`--to`), case-insensitive. */
 export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {

@@ -149,7 +149,7 @@ export const DTYPE_OPTION = {
   type: "string",
   multiple: true,
   valueName: "V2=BF16",
-  description: "npy/npz input: what a raw void dtype holds, e.g. V2=BF16, V1=F8_E4M3, or NAME:V2=BF16 for one tensor",
+  description: "what a raw void dtype holds when reading: V2=BF16, V1=F8_E4M3, or NAME:V2=BF16 for one tensor",
   appliesTo: "read",
 } as const;
 
@@ -162,8 +162,10 @@ export const npyFormat: TensorFormat = {
     {
       name: "name",
       type: "string",
+      // Spelled out: the command passes `multiple` to node:util parseArgs, which wants a boolean.
+      multiple: false,
       valueName: "NAME",
-      description: "npy input: the tensor's name (default: the file name without .npy)",
+      description: "tensor name when reading a .npy (default: the file name without its extension)",
       appliesTo: "read",
     },
     DTYPE_OPTION,

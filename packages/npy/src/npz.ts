@@ -166,12 +166,14 @@ export interface NpzWriteOptions {
   /** Deflate the members, as `np.savez_compressed` does. Default false (stored, as `np.savez`). */
   compress?: boolean;
   /**
-   * Write each stored member's CRC-32 and sizes after its data (numpy's layout when it writes to a
-   * pipe), reading every tensor once. Default false: each tensor is read twice (a CRC pass, then
-   * the copy), and the archive is byte-identical to `np.savez`'s for the same arrays. Compressed
-   * members always use data descriptors.
+   * Read each tensor twice, a CRC-32 pass and then the copy, so that stored members carry their
+   * CRC and sizes in the local header: the archive is then byte-identical to `np.savez`'s to a
+   * file (with no metadata or void dtypes), and readers that cannot handle data descriptors on
+   * stored members (Java's `ZipInputStream`, streaming unzippers) read it. Default false: one
+   * pass, the CRC and sizes follow each member's data in a data descriptor, which is byte for
+   * byte what `np.savez` writes to a pipe. Compressed members always use data descriptors.
    */
-  dataDescriptors?: boolean;
+  crcPrePass?: boolean;
   /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
   chunkSize?: number;
   /** `"fflate"` forces the portable codec browsers use; default: `node:zlib` when present. */
@@ -181,9 +183,10 @@ export interface NpzWriteOptions {
 /**
  * Streams tensors into an `.npz` archive: member `name.npy` per tensor, in the source's order,
  * each holding exactly what `np.save` writes for the array; metadata and void dtypes in the
- * archive comment. `np.load(allow_pickle=False)` and Python's `zipfile` read it; without
- * metadata, void dtypes or compression it is byte-identical to `np.savez`'s. The caller closes
- * or aborts the sink.
+ * archive comment, each tensor read once (see `crcPrePass`). `np.load(allow_pickle=False)` and
+ * Python's `zipfile` read it; without metadata, void dtypes or compression it is byte-identical
+ * to what `np.savez` writes to a pipe (to a file with `crcPrePass`). The caller closes or aborts
+ * the sink.
  * @throws StConvertError `DuplicateKey`, `InvalidName`, `UnsupportedDtype` (F4/F6),
  *   `InvalidMetadata`, `LimitExceeded` (a comment past 65,535 bytes), `ByteLengthMismatch`,
  *   all before anything is written except the last.
@@ -224,11 +227,10 @@ export async function writeNpz(source: TensorSource, sink: ByteSink, options: Np
     const data = () => withHeader(header, exactly(tensor, chunkSize));
     try {
       if (options.compress === true) await zip.addStreamed(member, data(), COMPRESSION_LEVEL);
-      else if (options.dataDescriptors === true) await zip.addStreamed(member, data());
-      else {
+      else if (options.crcPrePass === true) {
         const crc = await crcOf(data(), codec);
         await zip.addStored(member, header.byteLength + tensor.byteLength, crc, data());
-      }
+      } else await zip.addStreamed(member, data());
     } catch (error) {
       throw withContext(error, { tensor: tensor.name });
     }
@@ -280,7 +282,7 @@ export const npzFormat: TensorFormat = {
   extensions: [".npz"],
   options: [
     DTYPE_OPTION,
-    { name: "compress", type: "boolean", description: "npz output: deflate the members, like np.savez_compressed", appliesTo: "write" },
+    { name: "compress", type: "boolean", multiple: false, description: "deflate the members when writing, like np.savez_compressed", appliesTo: "write" },
   ],
   sniff(head) {
     // Any zip starts with PK\3\4; numpy names every member *.npy, so the first name tells when it is visible.
