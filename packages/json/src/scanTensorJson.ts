@@ -168,15 +168,21 @@ class DataScan {
     private readonly position: (i: number) => number,
   ) {}
 
-  where(): string {
-    return `${this.path}.data${this.counts
-      .slice(0, this.depth)
-      .map((c) => `[${Math.max(0, c - 1)}]`)
-      .join("")}`;
+  /**
+   * The path of the current element: the last one started, or with `pending` the one about to
+   * start; with `levels`, the enclosing array at that depth instead.
+   */
+  where(pending = false, levels = this.depth): string {
+    let path = `${this.path}.data`;
+    for (let level = 0; level < levels; level++) {
+      const count = this.counts[level]!;
+      path += `[${pending && level === levels - 1 ? count : Math.max(0, count - 1)}]`;
+    }
+    return path;
   }
 
-  syntax(message: string, i: number): never {
-    return this.fail("InvalidJson", `${this.where()}: ${message} at byte ${this.position(i)}`);
+  syntax(message: string, i: number, pending = false): never {
+    return this.fail("InvalidJson", `${this.where(pending)}: ${message} at byte ${this.position(i)}`);
   }
 
   private startElement(): void {
@@ -212,7 +218,7 @@ class DataScan {
         const dim = this.dims[level]!;
         if (dim === -1) this.dims[level] = count;
         else if (count !== dim) {
-          this.fail("ShapeMismatch", `${this.where()}: arrays at this level hold ${dim} elements, this one holds ${count} (arrays must be regular)`);
+          this.fail("ShapeMismatch", `${this.where(false, level)}: arrays at this level hold ${dim} elements, this one holds ${count} (arrays must be regular)`);
         }
         this.depth--;
         this.expectValue = false;
@@ -228,10 +234,10 @@ class DataScan {
       if (c === 0x5b) {
         const level = this.depth;
         if (this.leafDepth !== -1 && level >= this.leafDepth) {
-          this.fail("ShapeMismatch", `${this.where()}: an array where the other elements at this level are values (arrays must be regular)`);
+          this.fail("ShapeMismatch", `${this.where(true)}: an array where the other elements at this level are values (arrays must be regular)`);
         }
         if (level >= this.maxArrays) {
-          this.fail("LimitExceeded", `${this.where()}: nesting deeper than ${this.maxArrays + 2} levels (the limit is maxDepth)`);
+          this.fail("LimitExceeded", `${this.where(true)}: nesting deeper than ${this.maxArrays + 2} levels (the limit is maxDepth)`);
         }
         this.startElement();
         if (level === this.counts.length) {
@@ -249,44 +255,44 @@ class DataScan {
       if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
         end = numberEnd(buf, i, final);
         if (end === NEED_MORE) return this.cut(buf, i);
-        if (end === BAD_NUMBER) this.syntax(`invalid number (${numberToken.reason})`, i);
-        if (end - i > MAX_NUMBER_LENGTH) this.fail("LimitExceeded", `${this.where()}: a number longer than ${MAX_NUMBER_LENGTH} characters`);
+        if (end === BAD_NUMBER) this.syntax(`invalid number (${numberToken.reason})`, i, true);
+        if (end - i > MAX_NUMBER_LENGTH) this.fail("LimitExceeded", `${this.where(true)}: a number longer than ${MAX_NUMBER_LENGTH} characters`);
         kind = numberToken.float ? Leaf.Float : Leaf.Integer;
         if (c === 0x2d && numberToken.nonZero) kind |= Leaf.Negative;
       } else if (c === 0x22) {
         // Only the three spellings of non-finite values; nothing longer than `"-Infinity"`.
         let j = i + 1;
         while (j < n && buf[j] !== 0x22 && j - i <= 10) j++;
-        if (j - i > 10) this.badString(buf, i);
+        if (j - i > 10) this.badString(buf, i, j);
         if (j >= n) {
-          if (final) this.syntax("unterminated string", i);
+          if (final) this.syntax("unterminated string", i, true);
           return i;
         }
         const length = j - i - 1;
         if (length === 3 && startsWith(buf, i + 1, "NaN")) kind = Leaf.NaN;
         else if (length === 8 && startsWith(buf, i + 1, "Infinity")) kind = Leaf.Infinity;
         else if (length === 9 && startsWith(buf, i + 1, "-Infinity")) kind = Leaf.NegativeInfinity;
-        else this.badString(buf, i);
+        else this.badString(buf, i, j + 1);
         end = j + 1;
       } else if (c === 0x74 || c === 0x66 || c === 0x6e || c === 0x4e || c === 0x49) {
         const word = c === 0x74 ? "true" : c === 0x66 ? "false" : c === 0x6e ? "null" : c === 0x4e ? "NaN" : "Infinity";
         if (i + word.length > n) {
-          if (final) this.syntax("invalid literal", i);
+          if (final) this.syntax("invalid literal", i, true);
           return i;
         }
-        if (!startsWith(buf, i, word)) this.syntax("invalid literal", i);
-        if (c === 0x6e) this.fail("InvalidValue", `${this.where()}: null is not a value`);
-        if (c === 0x4e || c === 0x49) this.syntax(`bare ${word} is not JSON; write the string "${word}"`, i);
+        if (!startsWith(buf, i, word)) this.syntax("invalid literal", i, true);
+        if (c === 0x6e) this.fail("InvalidValue", `${this.where(true)}: null is not a value`);
+        if (c === 0x4e || c === 0x49) this.syntax(`bare ${word} is not JSON; write the string "${word}"`, i, true);
         kind = c === 0x74 ? Leaf.True : Leaf.False;
         end = i + word.length;
       } else if (c === 0x7b) {
-        return this.fail("InvalidValue", `${this.where()}: an object is not a value`);
+        return this.fail("InvalidValue", `${this.where(true)}: an object is not a value`);
       } else {
-        return this.syntax(`unexpected ${describeByte(c)}`, i);
+        return this.syntax(`unexpected ${describeByte(c)}`, i, true);
       }
       if (this.leafDepth !== this.depth) {
         if (this.leafDepth !== -1 || this.depth <= this.maxArrayLevel) {
-          this.fail("ShapeMismatch", `${this.where()}: a value where the other elements at this level are arrays (arrays must be regular)`);
+          this.fail("ShapeMismatch", `${this.where(true)}: a value where the other elements at this level are arrays (arrays must be regular)`);
         }
         this.leafDepth = this.depth;
       }
@@ -309,13 +315,22 @@ class DataScan {
   }
 
   private cut(buf: Uint8Array, i: number): number {
-    if (buf.length - i > MAX_NUMBER_LENGTH) this.fail("LimitExceeded", `${this.where()}: a number longer than ${MAX_NUMBER_LENGTH} characters`);
+    if (buf.length - i > MAX_NUMBER_LENGTH) this.fail("LimitExceeded", `${this.where(true)}: a number longer than ${MAX_NUMBER_LENGTH} characters`);
     return i;
   }
 
-  private badString(buf: Uint8Array, i: number): never {
-    const shown = String.fromCharCode(...buf.subarray(i, Math.min(buf.length, i + 12)));
-    return this.fail("InvalidValue", `${this.where()}: the string ${shown}${buf.length > i + 12 ? "…" : ""} is not a value; strings in data are "NaN", "Infinity" and "-Infinity" only`);
+  /** Refuses the string at `buf[i]`, shown up to `end` (its closing quote, or a cut). */
+  private badString(buf: Uint8Array, i: number, end: number): never {
+    let shown: string;
+    try {
+      shown = utf8.decode(buf.subarray(i, end));
+    } catch {
+      shown = "with invalid UTF-8";
+    }
+    return this.fail(
+      "InvalidValue",
+      `${this.where(true)}: the string ${shown}${buf[end - 1] === 0x22 && end - i > 1 ? "" : "…"} is not a value; strings in data are "NaN", "Infinity" and "-Infinity" only`,
+    );
   }
 
   /** The dims of the value as written: the array lengths, then nothing (values at the deepest level). */
@@ -581,7 +596,7 @@ class Scanner {
           if (v !== 0x22) fail("InvalidTensor", `${path}.data_base64: must be a string, found ${describeValueStart(v)}`);
           base64 = await this.scanBase64(path, fail);
         } else {
-          const why = field === "data_offsets" ? ' (data_offsets belong to a safetensors header; this form carries "data" or "data_base64")' : "";
+          const why = field === "data_offsets" ? ' (data_offsets belong to a safetensors header; this form carries "data" or "data_base64")' : hint(name);
           fail("InvalidTensor", `${path}: unknown field ${quoteName(field)}; a tensor has "dtype", "shape" and "data" or "data_base64"${why}`);
         }
       } while (await this.nextMember(path));

@@ -1,0 +1,120 @@
+/** What the reader accepts, as the README documents it. */
+import { describe, expect, it } from "vitest";
+import { readTensorBytes } from "@st-convert/core";
+import { readTensorJson } from "@st-convert/json";
+import { failure, readAll, utf8 } from "./helpers.js";
+
+const f32 = (...values: number[]) => [...new Uint8Array(new Float32Array(values).buffer)];
+const one = async (doc: string) => [...(await readAll(doc)).tensors[0]!.bytes];
+
+describe("data: nested, flat or bare", () => {
+  it("reads nested arrays matching the shape, and the flat list, to the same bytes", async () => {
+    expect(await one('{"w": {"dtype": "F32", "shape": [2, 2], "data": [[1, 2], [3, 4]]}}')).toEqual(f32(1, 2, 3, 4));
+    expect(await one('{"w": {"dtype": "F32", "shape": [2, 2], "data": [1, 2, 3, 4]}}')).toEqual(f32(1, 2, 3, 4));
+  });
+
+  it("reads a 0-d tensor as a bare value or a one-element list", async () => {
+    expect(await one('{"s": {"dtype": "F32", "shape": [], "data": 2.5}}')).toEqual(f32(2.5));
+    expect(await one('{"s": {"dtype": "F32", "shape": [], "data": [2.5]}}')).toEqual(f32(2.5));
+    expect(await one('{"s": {"dtype": "BOOL", "shape": [], "data": true}}')).toEqual([1]);
+    expect(await one('{"s": {"dtype": "F32", "shape": [], "data": "-Infinity"}}')).toEqual(f32(-Infinity));
+  });
+
+  it("reads C64 as [re, im] pairs: flat, nested, or one bare pair for 0-d", async () => {
+    expect(await one('{"z": {"dtype": "C64", "shape": [2], "data": [[1, -1], [0.5, "NaN"]]}}')).toEqual(f32(1, -1, 0.5, NaN));
+    expect(await one('{"z": {"dtype": "C64", "shape": [1, 2], "data": [[[1, 2], [3, 4]]]}}')).toEqual(f32(1, 2, 3, 4));
+    expect(await one('{"z": {"dtype": "C64", "shape": [], "data": [7, 8]}}')).toEqual(f32(7, 8));
+  });
+
+  it("reads empty tensors flat, nested, or nested up to their first zero dimension", async () => {
+    for (const data of ["[]", "[[], []]"]) expect(await one(`{"e": {"dtype": "F32", "shape": [2, 0], "data": ${data}}}`)).toEqual([]);
+    expect(await one('{"e": {"dtype": "F32", "shape": [2, 0, 5], "data": [[], []]}}')).toEqual([]);
+    expect(await one('{"e": {"dtype": "F32", "shape": [0, 3], "data": []}}')).toEqual([]);
+  });
+});
+
+describe("the document", () => {
+  it("takes the fields of a tensor in any order (data before dtype and shape)", async () => {
+    const { tensors } = await readAll('{"w": {"data": [[1, 2, 3]], "shape": [1, 3], "dtype": "U8"}, "v": {"data_base64": "AQI=", "dtype": "U8", "shape": [2]}}');
+    expect(tensors.map((t) => [t.name, t.dtype, t.shape, t.encoding, [...t.bytes]])).toEqual([
+      ["w", "U8", [1, 3], "values", [1, 2, 3]],
+      ["v", "U8", [2], "base64", [1, 2]],
+    ]);
+  });
+
+  it("keeps metadata as a null-prototype string map; null or absent metadata is null", async () => {
+    const file = await readTensorJson(utf8.encode('{"__metadata__": {"__proto__": "x", "caf\\u00e9": "\\ud83d\\ude00\\n"}}'));
+    expect(Object.getPrototypeOf(file.metadata)).toBe(null);
+    expect(Object.entries(file.metadata!)).toEqual([
+      ["__proto__", "x"],
+      ["café", "😀\n"],
+    ]);
+    expect((await readAll('{"__metadata__": null}')).metadata).toBe(null);
+    expect((await readAll("{}")).metadata).toBe(null);
+    expect((await readAll('{"__metadata__": {}}')).metadata).toEqual({});
+  });
+
+  it("accepts any JSON whitespace and a UTF-8 byte order mark", async () => {
+    const doc = Uint8Array.from([0xef, 0xbb, 0xbf, ...utf8.encode('\r\n\t{ "w" :\n{"dtype":"U8","shape":[ 2 ],"data":[ 1 ,\t2 ]} }\n\n')]);
+    expect([...(await readAll(doc)).tensors[0]!.bytes]).toEqual([1, 2]);
+  });
+
+  it("reads odd names: empty, escaped, non-ASCII", async () => {
+    const { tensors } = await readAll('{"": {"dtype": "U8", "shape": [], "data": 1}, "a\\"b\\u0000": {"dtype": "U8", "shape": [], "data": 2}, "😀é": {"dtype": "U8", "shape": [], "data": 3}}');
+    expect(tensors.map((t) => t.name)).toEqual(["", 'a"b\u0000', "😀é"]);
+  });
+
+  it("finds a tensor by name, and says which is missing", async () => {
+    const file = await readTensorJson(utf8.encode('{"w": {"dtype": "U8", "shape": [], "data": 1}}'));
+    expect(file.tensor("w").dtype).toBe("U8");
+    expect(() => file.tensor("nope")).toThrow(/tensor "nope": tensor not found/);
+  });
+});
+
+describe("values", () => {
+  it("keeps integers exact past 2^53, and reads -0 as zero in integer dtypes", async () => {
+    const { tensors } = await readAll(
+      '{"u": {"dtype": "U64", "shape": [3], "data": [18446744073709551615, 9007199254740993, 0]}, "i": {"dtype": "I64", "shape": [2], "data": [-9223372036854775808, -0]}}',
+    );
+    const big = (bytes: Uint8Array, signed: boolean) => [...(signed ? new BigInt64Array(bytes.slice().buffer) : new BigUint64Array(bytes.slice().buffer))];
+    expect(big(tensors[0]!.bytes, false)).toEqual([18446744073709551615n, 9007199254740993n, 0n]);
+    expect(big(tensors[1]!.bytes, true)).toEqual([-9223372036854775808n, 0n]);
+  });
+
+  it("reads -0, -0.0 and a negative underflow as negative zero in float dtypes", async () => {
+    const bytes = await one('{"z": {"dtype": "F32", "shape": [4], "data": [-0, -0.0, -1e-400, 0]}}');
+    expect(bytes).toEqual(f32(-0, -0, -0, 0));
+    expect(bytes.slice(0, 4)).toEqual([0, 0, 0, 0x80]);
+  });
+
+  it("rounds values that are not representable to nearest, ties to even, like numpy", async () => {
+    // 1 + 2^-11 is halfway between two float16 values: ties to the even 1.0; a hair above rounds up.
+    const bytes = await one('{"h": {"dtype": "F16", "shape": [3], "data": [1.00048828125, 1.000488281250001, 0.1]}}');
+    expect(bytes).toEqual([0x00, 0x3c, 0x01, 0x3c, 0x66, 0x2e]);
+  });
+
+  it("rounds BF16 through float32 first, as ml_dtypes does", async () => {
+    // 1 + 2^-8 + 2^-40: float32 drops the 2^-40 and leaves a tie, which goes to even (1.0).
+    expect(await one('{"b": {"dtype": "BF16", "shape": [1], "data": [1.00390625000000090949]}}')).toEqual([0x80, 0x3f]);
+  });
+
+  it("refuses decimals for integer dtypes, even integral ones", async () => {
+    expect((await failure(readAll('{"i": {"dtype": "I32", "shape": [1], "data": [1e3]}}'))).code).toBe("InvalidValue");
+  });
+});
+
+describe("reading bytes", () => {
+  it("reads only the tensor's range, and each chunks() call starts again", async () => {
+    const doc = utf8.encode('{"a": {"dtype": "U8", "shape": [3], "data": [1, 2, 3]}, "b": {"dtype": "U16", "shape": [2], "data_base64": "AQACAA=="}}');
+    const reads: [number, number][] = [];
+    const source = { size: doc.length, read: async (offset: number, length: number) => (reads.push([offset, length]), doc.subarray(offset, offset + length)) };
+    const file = await readTensorJson(source);
+    reads.length = 0;
+    const b = file.tensor("b");
+    expect([...(await readTensorBytes(b))]).toEqual([1, 0, 2, 0]);
+    expect([...(await readTensorBytes(b))]).toEqual([1, 0, 2, 0]);
+    const text = new TextDecoder().decode(doc);
+    const start = text.indexOf("AQAC");
+    expect(reads.every(([offset, length]) => offset >= start && offset + length <= start + 8)).toBe(true);
+  });
+});
