@@ -489,9 +489,9 @@ class LiteralParser {
     if (simple !== undefined) return { value: simple, end: at + 2 };
     if (e >= "0" && e <= "7") {
       const digits = /^[0-7]{1,3}/.exec(text.slice(at + 1, at + 4))![0];
+      // Python 3.11 keeps the low 8 bits of a bytes escape past \377 (with a DeprecationWarning).
       const code = parseInt(digits, 8);
-      if (bytes && code > 0xff) this.#fail("octal escape value > 0o377 in a bytes literal", at);
-      return { value: String.fromCharCode(code), end: at + 1 + digits.length };
+      return { value: String.fromCharCode(bytes ? code & 0xff : code), end: at + 1 + digits.length };
     }
     const hexLength = e === "x" ? 2 : !bytes && e === "u" ? 4 : !bytes && e === "U" ? 8 : 0;
     if (hexLength > 0) {
