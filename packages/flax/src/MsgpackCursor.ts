@@ -171,17 +171,15 @@ export class MsgpackCursor {
         return this.#setPayload(Tag.Ext, length);
       }
       case 0xca:
-        await this.#need(4);
-        this.float = this.#view.getFloat32(this.position - this.#windowAt);
-        this.position += 4;
+      case 0xcb: {
+        const width = byte === 0xca ? 4 : 8;
+        await this.#need(width);
+        const at = this.position - this.#windowAt;
+        this.float = width === 4 ? this.#view.getFloat32(at) : this.#view.getFloat64(at);
+        this.position += width;
         this.tag = Tag.Float;
         return Tag.Float;
-      case 0xcb:
-        await this.#need(8);
-        this.float = this.#view.getFloat64(this.position - this.#windowAt);
-        this.position += 8;
-        this.tag = Tag.Float;
-        return Tag.Float;
+      }
       case 0xcc:
         await this.#need(1);
         return this.#setInt(this.#u8());

@@ -2,12 +2,19 @@
  * The flax msgpack format as registered with the `st-convert` command: its options, how it is
  * recognised, and the reader and writer behind it.
  */
-import { StConvertError, type FormatOptionValues, type TensorFormat } from "@st-convert/core";
+import { type FormatOptionValues, StConvertError, type TensorFormat } from "@st-convert/core";
 import { fileStem, readFlax } from "./readFlax.js";
 import { writeFlax } from "./writeFlax.js";
 
 /** How many bytes a msgpack token at `at` takes, whether it opens a container, or why it cannot be read. */
 type Token = { size: number; open?: { map: boolean; count: number }; str?: number } | "invalid" | "partial";
+
+/** Total size of the headers whose size is fixed (float, int, fixext). */
+const FIXED_SIZE: Readonly<Record<number, number>> = { 0xca: 5, 0xcb: 9, 0xcc: 2, 0xcd: 3, 0xce: 5, 0xcf: 9, 0xd0: 2, 0xd1: 3, 0xd2: 5, 0xd3: 9, 0xd4: 3, 0xd5: 4, 0xd6: 6, 0xd7: 10, 0xd8: 18 };
+/** str/bin/ext headers: [width of the length field, bytes between it and the payload (the ext type)]. */
+const SIZED: Readonly<Record<number, readonly [1 | 2 | 4, number]>> = { 0xc4: [1, 0], 0xc5: [2, 0], 0xc6: [4, 0], 0xc7: [1, 1], 0xc8: [2, 1], 0xc9: [4, 1], 0xd9: [1, 0], 0xda: [2, 0], 0xdb: [4, 0] };
+/** array16/32 and map16/32 headers: [width of the count, is a map]. */
+const CONTAINERS: Readonly<Record<number, readonly [2 | 4, boolean]>> = { 0xdc: [2, false], 0xdd: [4, false], 0xde: [2, true], 0xdf: [4, true] };
 
 function token(head: Uint8Array, at: number): Token {
   const byte = head[at]!;
@@ -15,19 +22,16 @@ function token(head: Uint8Array, at: number): Token {
   if (byte <= 0x8f) return { size: 1, open: { map: true, count: byte & 0x0f } };
   if (byte <= 0x9f) return { size: 1, open: { map: false, count: byte & 0x0f } };
   if (byte <= 0xbf) return { size: 1 + (byte & 0x1f), str: 1 };
-  const fixed: Record<number, number> = { 0xca: 5, 0xcb: 9, 0xcc: 2, 0xcd: 3, 0xce: 5, 0xcf: 9, 0xd0: 2, 0xd1: 3, 0xd2: 5, 0xd3: 9, 0xd4: 3, 0xd5: 4, 0xd6: 6, 0xd7: 10, 0xd8: 18 };
-  if (fixed[byte] !== undefined) return { size: fixed[byte]! };
-  // [width of the length field, bytes between it and the payload] of str/bin/ext/array/map headers.
-  const sized: Record<number, [1 | 2 | 4, number]> = { 0xc4: [1, 0], 0xc5: [2, 0], 0xc6: [4, 0], 0xc7: [1, 1], 0xc8: [2, 1], 0xc9: [4, 1], 0xd9: [1, 0], 0xda: [2, 0], 0xdb: [4, 0] };
-  const containers: Record<number, [2 | 4, boolean]> = { 0xdc: [2, false], 0xdd: [4, false], 0xde: [2, true], 0xdf: [4, true] };
-  const field = sized[byte]?.[0] ?? containers[byte]?.[0];
+  const fixed = FIXED_SIZE[byte];
+  if (fixed !== undefined) return { size: fixed };
+  const field = SIZED[byte]?.[0] ?? CONTAINERS[byte]?.[0];
   if (field === undefined) return "invalid"; // 0xc1, the one reserved byte
   if (at + 1 + field > head.byteLength) return "partial";
   const view = new DataView(head.buffer, head.byteOffset + at + 1, field);
   const n = field === 1 ? view.getUint8(0) : field === 2 ? view.getUint16(0) : view.getUint32(0);
-  const container = containers[byte];
+  const container = CONTAINERS[byte];
   if (container !== undefined) return { size: 1 + field, open: { map: container[1], count: n } };
-  const header = 1 + field + sized[byte]![1];
+  const header = 1 + field + SIZED[byte]![1];
   return byte >= 0xd9 ? { size: header + n, str: header } : { size: header + n };
 }
 

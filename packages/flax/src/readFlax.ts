@@ -98,7 +98,10 @@ export interface FlaxReadOptions {
 
 /** One array of a flax file, with where its bytes are. */
 export interface FlaxTensor extends TensorEntry {
-  /** `[offset, length]` of the raw bytes in the file: one range, or one per chunk of a chunked array. */
+  /**
+   * `[offset, length]` of the raw bytes in the file: one range, or one per chunk of a chunked
+   * array (none for a Python number kept with `keepScalars`, whose bytes are made in memory).
+   */
   readonly ranges: readonly (readonly [number, number])[];
 }
 

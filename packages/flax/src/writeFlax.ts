@@ -64,7 +64,7 @@ interface Piece {
   readonly byteLength: number;
 }
 
-const wellFormed = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /**
  * Streams tensors into a flax msgpack file that `flax.serialization.msgpack_restore` reads back as
@@ -110,7 +110,7 @@ export async function writeFlax(source: TensorSource, sink: ByteSink, options: F
         tensor: tensor.name,
       });
     }
-    if (wellFormed.test(tensor.name)) {
+    if (loneSurrogate.test(tensor.name)) {
       throw new StConvertError("InvalidName", "the name holds a lone UTF-16 surrogate, which UTF-8 cannot encode", { tensor: tensor.name });
     }
     const keys = tensor.name.split(sep);

@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { type ByteSource, isStConvertError, readTensorBytes } from "@st-convert/core";
 import { type FlaxReadOptions, MAX_DEPTH, readFlax } from "@st-convert/flax";
 import { dims, hostileCases as cases, nest, pieces } from "./hostileCases.js";
-import { arr, bin, cat, ext, f32, map, ndarray, str } from "./msgpackBytes.js";
+import { arr, cat, ext, f32, map, ndarray, str } from "./msgpackBytes.js";
 
 /** A source that records every read, to check that nothing big is requested. */
 function recording(bytes: Uint8Array): { source: ByteSource; reads: [number, number][] } {

@@ -68,7 +68,7 @@ export const hostileCases: [attack: string, bytes: Uint8Array, code: string, ref
   ["chunks of two dtypes (the reference promotes, we refuse)", chunkDict(dims(2), pieces(ndarray([1], "uint8", [1]), ndarray([1], "float32", f32(2)))), "InvalidChunkedArray", "accepts"],
   ["a 2-d chunk", chunkDict(dims(2, 2), pieces(ndarray([2, 2], "uint8", [1, 2, 3, 4]))), "InvalidChunkedArray", "accepts"],
   ["a chunk that is not an array", chunkDict(dims(1), cat(map(1), str("0"), [0x01])), "InvalidChunkedArray", "refuses"],
-  ["a chunk dict with no chunks", chunkDict(dims(0), map(0)), "InvalidChunkedArray", "refuses"],
+  ["a chunk dict with no chunks", chunkDict(dims(0), cat(map(0))), "InvalidChunkedArray", "refuses"],
   ["an integer key above an array", cat(map(1), [0x05], map(1), str("w"), ndarray([1], "uint8", [1])), "InvalidName", "accepts"],
   ["a None key holding an array", cat(map(1), [0xc0], ndarray([1], "uint8", [1])), "InvalidName", "accepts"],
   ["a dict as a key (unhashable in Python)", cat(map(1), map(0), [0x01]), "FormatError", "refuses"],
