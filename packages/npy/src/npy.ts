@@ -78,7 +78,7 @@ export async function readNpy(input: ByteInput, options: NpyReadOptions = {}): P
   const name = options.name ?? fileStem(source.name) ?? DEFAULT_NAME;
   try {
     const declarations = declarationsOf(options.dtypes);
-    const array = await openNpyArray(sourcePayload(source), name, { ...options, declarations });
+    const array = await openNpyArray(sourcePayload(source), name, { ...options, declarations, file: source.name });
     return { format: "npy", version: array.version, header: array.header, dataOffset: array.dataOffset, metadata: null, tensors: [array.tensor] };
   } catch (error) {
     throw withContext(error, { file: source.name, tensor: name });

@@ -92,7 +92,7 @@ export async function readNpz(input: ByteInput, options: NpzReadOptions = {}): P
           const payload = memberPayload(source, member, codec);
           const head = await payload.head(NPY_MAGIC.byteLength);
           if (head.byteLength < NPY_MAGIC.byteLength || !NPY_MAGIC.every((b, j) => head[j] === b)) return member.name;
-          const array = await openNpyArray(payload, name, { ...options, declarations, recorded: comment?.dtypes[name] });
+          const array = await openNpyArray(payload, name, { ...options, declarations, recorded: comment?.dtypes[name], file: source.name });
           return array.tensor;
         } catch (error) {
           throw withContext(error, { tensor: name });

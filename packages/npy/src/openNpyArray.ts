@@ -3,7 +3,7 @@
  * read and checked against the bytes that follow it, and the data is delivered in C order and
  * little-endian, byte-swapped and repacked from Fortran order on the fly.
  */
-import { DEFAULT_CHUNK_SIZE, type Dtype, StConvertError, type TensorEntry, toSafeNumber } from "@st-convert/core";
+import { DEFAULT_CHUNK_SIZE, type Dtype, StConvertError, type TensorEntry, toSafeNumber, withContext } from "@st-convert/core";
 import { FORTRAN_SLAB_SIZE, fortranToC } from "./fortranToC.js";
 import { type NpyHeader, type NpyHeaderOptions, type NpyVersion, readNpyHeader } from "./NpyHeader.js";
 import { type DtypeDeclarations, parseDescr, resolveVoid } from "./NpyDtype.js";
@@ -20,6 +20,8 @@ export interface OpenNpyArrayOptions extends NpyHeaderOptions {
   recorded?: Dtype;
   /** Bytes per Fortran-repack slab. Default {@link FORTRAN_SLAB_SIZE}. */
   fortranSlabSize?: number;
+  /** The file, named in errors the tensor's `chunks()` throws. */
+  file?: string;
 }
 
 /** An opened npy array: its header and the tensor that delivers its bytes. */
@@ -115,9 +117,13 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
       if (!Number.isSafeInteger(chunkSize) || chunkSize < 1) throw new StConvertError("InvalidArgument", `chunkSize must be a positive integer, got ${chunkSize}`);
       // Whole elements per chunk, so that a byte swap never straddles two chunks.
       const block = chunkSize >= itemSize ? chunkSize - (chunkSize % itemSize) : itemSize;
-      for await (const chunk of fortran ? repacked(block) : stored(block)) {
-        if (chunk.byteLength <= chunkSize) yield chunk;
-        else for (let at = 0; at < chunk.byteLength; at += chunkSize) yield chunk.subarray(at, at + chunkSize);
+      try {
+        for await (const chunk of fortran ? repacked(block) : stored(block)) {
+          if (chunk.byteLength <= chunkSize) yield chunk;
+          else for (let at = 0; at < chunk.byteLength; at += chunkSize) yield chunk.subarray(at, at + chunkSize);
+        }
+      } catch (error) {
+        throw withContext(error, { file: options.file, tensor: name });
       }
     },
   };
