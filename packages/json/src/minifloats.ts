@@ -6,8 +6,8 @@
  * Observed with numpy 2.4.6 and ml_dtypes 0.6.0 (and checked by `fixtures/json/decimals.json`):
  * - F16 and every F8 variant round the float64 directly, to nearest, ties to even;
  * - BF16 rounds the float64 to float32 first, then to bfloat16 (two roundings, as ml_dtypes does);
- * - F8_E8M0 (powers of two, no sign, no zero) rounds ties upwards (1.5 → 2) and clamps values below
- *   2^-127 to 2^-127, its smallest value.
+ * - F8_E8M0 (powers of two, no sign, no zero) rounds ties upwards (1.5 → 2), clamps values below
+ *   2^-127 to 2^-127, its smallest value, and rounds values strictly between 2^-127 and 2^-126 up.
  * Where numpy would silently produce Infinity or NaN (overflow, Infinity into a type without one,
  * zero or a negative into E8M0), the encoder reports it instead: the reader turns that into an error.
  */
@@ -163,6 +163,9 @@ function e8m0Codec(): MinifloatCodec {
     if (x === Infinity) return OVERFLOW;
     let e = exponentOf(x);
     if (e < -127) return 0; // below 2^-127 the nearest value is 2^-127 (there is no zero)
+    // ml_dtypes 0.6.0 rounds everything strictly between 2^-127 and 2^-126 up to 2^-126 (its
+    // bottom exponent goes through its subnormal path); matched so that numpy reads the same bits.
+    if (e === -127) return x === 2 ** -127 ? 0 : 1;
     if (x / 2 ** e >= 1.5) e++; // ties upwards, as ml_dtypes rounds this type
     if (e > 127) return OVERFLOW;
     return e + 127;
