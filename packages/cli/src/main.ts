@@ -170,7 +170,7 @@ function stringValue(values: ParsedValues, name: string): string | undefined {
 
 function parseCommandLine(argv: readonly string[], formatOptions: readonly FormatOption[]): { values: ParsedValues; positionals: string[] } {
   const options: Record<string, { type: "string" | "boolean"; short?: string; multiple?: boolean }> = { ...COMMON_OPTIONS };
-  for (const option of formatOptions) options[option.name] = { type: option.type, multiple: option.multiple };
+  for (const option of formatOptions) options[option.name] = { type: option.type, multiple: option.multiple ?? false };
   try {
     const { values, positionals } = parseArgs({ args: [...argv], options, allowPositionals: true, strict: true });
     return { values: values as ParsedValues, positionals };
@@ -186,7 +186,7 @@ function collectFormatOptions(formats: readonly TensorFormat[]): FormatOption[] 
     for (const option of format.options ?? []) {
       if (option.name in COMMON_OPTIONS) throw new Error(`format ${format.name} redefines the common option --${option.name}`);
       const known = byName.get(option.name);
-      if (known !== undefined && (known.type !== option.type || known.multiple !== option.multiple)) {
+      if (known !== undefined && (known.type !== option.type || (known.multiple ?? false) !== (option.multiple ?? false))) {
         throw new Error(`formats disagree on the type of --${option.name}`);
       }
       if (known === undefined) byName.set(option.name, option);
