@@ -136,7 +136,7 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
   }
   const endOffset = tailStart + at;
   const commentLength = tv.getUint16(at + 20, true);
-  const comment = tail.slice(at + END_SIZE, at + END_SIZE + commentLength);
+  const comment = new Uint8Array(tail.subarray(at + END_SIZE, at + END_SIZE + commentLength));
   let count = tv.getUint16(at + 10, true);
   let directorySize = tv.getUint32(at + 12, true);
   let directoryOffset = tv.getUint32(at + 16, true);

@@ -61,7 +61,8 @@ export async function* fortranToC(reader: RangeReader, shape: readonly number[],
   const n = dims.length;
   const total = dims.reduce((a, d) => a * d, 1) * itemSize;
   if (n <= 1) {
-    for (let at = 0; at < total; at += options.chunkSize) yield (await reader.read(at, Math.min(options.chunkSize, total - at))).slice();
+    // A copy by constructor (a Node Buffer's slice() would be a view): the caller may modify it.
+    for (let at = 0; at < total; at += options.chunkSize) yield new Uint8Array(await reader.read(at, Math.min(options.chunkSize, total - at)));
     return;
   }
   // f[k]: stored stride of axis k, in elements. rowSize[p]: elements of one index of axis p.

@@ -78,8 +78,9 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
         yield chunk;
         continue;
       }
-      // The payload's memory is not ours to modify.
-      const copy = chunk.slice();
+      // The payload's memory is not ours to modify. A copy by constructor: a Node Buffer's
+      // slice() would be a view.
+      const copy = new Uint8Array(chunk);
       swapBytesInPlace(copy, swapUnit);
       yield copy;
     }
