@@ -64,7 +64,8 @@ async function importNodeZlib(): Promise<typeof NodeZlib | undefined> {
 }
 
 function makeNodeCodec(zlib: typeof NodeZlib): Codec {
-  const crc32 = typeof zlib.crc32 === "function" ? (data: Uint8Array, previous = 0) => zlib.crc32(data, previous) : tableCrc32;
+  // zlib's crc32 returns 0, not `previous`, for an empty buffer without a backing store.
+  const crc32 = typeof zlib.crc32 === "function" ? (data: Uint8Array, previous = 0) => (data.byteLength === 0 ? previous : zlib.crc32(data, previous)) : tableCrc32;
   return {
     name: "node:zlib",
     crc32,
@@ -121,6 +122,7 @@ const fflateCodec: Codec = {
   async *inflateRaw(input) {
     const out: Uint8Array[] = [];
     let ended = false;
+    let started = false;
     const inflater = new Inflate((chunk, final) => {
       if (chunk.byteLength > 0) out.push(chunk);
       if (final) ended = true;
@@ -133,12 +135,15 @@ const fflateCodec: Codec = {
       }
     };
     for await (const chunk of input) {
+      started ||= chunk.byteLength > 0;
       for (let at = 0; at < chunk.byteLength && !ended; at += FFLATE_PIECE) {
         push(chunk.subarray(at, at + FFLATE_PIECE), false);
         while (out.length > 0) yield out.shift()!;
       }
       if (ended) break;
     }
+    // fflate accepts an empty stream; DEFLATE has no empty encoding (an empty block is 2 bytes).
+    if (!ended && !started) throw new StConvertError("BadZipFile", "invalid DEFLATE data: unexpected end of file (no data)");
     if (!ended) push(new Uint8Array(0), true);
     while (out.length > 0) yield out.shift()!;
   },
