@@ -4,6 +4,7 @@
  * window is kept: the next window is appended to the bytes from the token's start.
  */
 import type { ByteSource } from "@st-convert/core";
+import { Leaf } from "./valueCodecs.js";
 
 const EMPTY = new Uint8Array(0);
 
@@ -150,4 +151,73 @@ function bad(reason: string): number {
 export function startsWith(buf: Uint8Array, i: number, word: string): boolean {
   for (let k = 0; k < word.length; k++) if (buf[i + k] !== word.charCodeAt(k)) return false;
   return true;
+}
+
+/** What {@link leafEnd} found: the leaf's kind (`Leaf` flags), or why it is not a leaf. */
+export const leafToken = {
+  kind: 0,
+  /**
+   * Set when {@link leafEnd} returns {@link BAD_LEAF}: `number` (see `numberToken.reason`),
+   * `string` (not one of the three; `shownEnd` says how far to show it), `unterminated`,
+   * `literal`, `null`, `bare` (NaN or Infinity without quotes), `object`, `byte`.
+   */
+  problem: "",
+  shownEnd: 0,
+};
+
+/** Returned by {@link leafEnd} for something that is not a leaf of `data`. */
+export const BAD_LEAF = -3;
+
+/**
+ * The end of the leaf of a `data` array at `buf[i]` (a number, `"NaN"`, `"Infinity"`,
+ * `"-Infinity"`, `true` or `false`), with its kind in {@link leafToken}; {@link NEED_MORE} when
+ * `buf` ends inside it and more may come (unless `final`); {@link BAD_LEAF} otherwise.
+ */
+export function leafEnd(buf: Uint8Array, i: number, final: boolean): number {
+  const n = buf.length;
+  const c = buf[i]!;
+  if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+    const end = numberEnd(buf, i, final);
+    if (end === NEED_MORE) return NEED_MORE;
+    if (end === BAD_NUMBER) return badLeaf("number");
+    leafToken.kind = (numberToken.float ? Leaf.Float : Leaf.Integer) | (c === 0x2d && numberToken.nonZero ? Leaf.Negative : 0);
+    return end;
+  }
+  if (c === 0x22) {
+    // Nothing longer than `"-Infinity"`.
+    let j = i + 1;
+    while (j < n && buf[j] !== 0x22 && j - i <= 10) j++;
+    if (j - i > 10) return badLeaf("string", j);
+    if (j >= n) return final ? badLeaf("unterminated") : NEED_MORE;
+    const length = j - i - 1;
+    if (length === 3 && startsWith(buf, i + 1, "NaN")) leafToken.kind = Leaf.NaN;
+    else if (length === 8 && startsWith(buf, i + 1, "Infinity")) leafToken.kind = Leaf.Infinity;
+    else if (length === 9 && startsWith(buf, i + 1, "-Infinity")) leafToken.kind = Leaf.NegativeInfinity;
+    else return badLeaf("string", j + 1);
+    return j + 1;
+  }
+  const word = LITERALS.get(c);
+  if (word !== undefined) {
+    if (i + word.length > n) return final ? badLeaf("literal") : NEED_MORE;
+    if (!startsWith(buf, i, word)) return badLeaf("literal");
+    if (c === 0x6e) return badLeaf("null");
+    if (c === 0x4e || c === 0x49) return badLeaf("bare");
+    leafToken.kind = c === 0x74 ? Leaf.True : Leaf.False;
+    return i + word.length;
+  }
+  return badLeaf(c === 0x7b ? "object" : "byte");
+}
+
+const LITERALS = new Map<number, string>([
+  [0x74, "true"],
+  [0x66, "false"],
+  [0x6e, "null"],
+  [0x4e, "NaN"],
+  [0x49, "Infinity"],
+]);
+
+function badLeaf(problem: string, shownEnd = 0): number {
+  leafToken.problem = problem;
+  leafToken.shownEnd = shownEnd;
+  return BAD_LEAF;
 }

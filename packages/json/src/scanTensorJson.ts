@@ -22,7 +22,7 @@ import {
   withContext,
 } from "@st-convert/core";
 import { BASE64_VALUE } from "./base64.js";
-import { BAD_NUMBER, ByteWindow, NEED_MORE, isWhitespace, numberEnd, numberToken, startsWith } from "./ByteWindow.js";
+import { BAD_LEAF, BAD_NUMBER, ByteWindow, NEED_MORE, isWhitespace, leafEnd, leafToken, numberEnd, numberToken, startsWith } from "./ByteWindow.js";
 import { Leaf, type ValueCodec, valueCodec } from "./valueCodecs.js";
 
 /**
@@ -250,46 +250,11 @@ class DataScan {
         i++;
         continue;
       }
-      let kind: number;
-      let end: number;
-      if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
-        end = numberEnd(buf, i, final);
-        if (end === NEED_MORE) return this.cut(buf, i);
-        if (end === BAD_NUMBER) this.syntax(`invalid number (${numberToken.reason})`, i, true);
-        if (end - i > MAX_NUMBER_LENGTH) this.fail("LimitExceeded", `${this.where(true)}: a number longer than ${MAX_NUMBER_LENGTH} characters`);
-        kind = numberToken.float ? Leaf.Float : Leaf.Integer;
-        if (c === 0x2d && numberToken.nonZero) kind |= Leaf.Negative;
-      } else if (c === 0x22) {
-        // Only the three spellings of non-finite values; nothing longer than `"-Infinity"`.
-        let j = i + 1;
-        while (j < n && buf[j] !== 0x22 && j - i <= 10) j++;
-        if (j - i > 10) this.badString(buf, i, j);
-        if (j >= n) {
-          if (final) this.syntax("unterminated string", i, true);
-          return i;
-        }
-        const length = j - i - 1;
-        if (length === 3 && startsWith(buf, i + 1, "NaN")) kind = Leaf.NaN;
-        else if (length === 8 && startsWith(buf, i + 1, "Infinity")) kind = Leaf.Infinity;
-        else if (length === 9 && startsWith(buf, i + 1, "-Infinity")) kind = Leaf.NegativeInfinity;
-        else this.badString(buf, i, j + 1);
-        end = j + 1;
-      } else if (c === 0x74 || c === 0x66 || c === 0x6e || c === 0x4e || c === 0x49) {
-        const word = c === 0x74 ? "true" : c === 0x66 ? "false" : c === 0x6e ? "null" : c === 0x4e ? "NaN" : "Infinity";
-        if (i + word.length > n) {
-          if (final) this.syntax("invalid literal", i, true);
-          return i;
-        }
-        if (!startsWith(buf, i, word)) this.syntax("invalid literal", i, true);
-        if (c === 0x6e) this.fail("InvalidValue", `${this.where(true)}: null is not a value`);
-        if (c === 0x4e || c === 0x49) this.syntax(`bare ${word} is not JSON; write the string "${word}"`, i, true);
-        kind = c === 0x74 ? Leaf.True : Leaf.False;
-        end = i + word.length;
-      } else if (c === 0x7b) {
-        return this.fail("InvalidValue", `${this.where(true)}: an object is not a value`);
-      } else {
-        return this.syntax(`unexpected ${describeByte(c)}`, i, true);
-      }
+      const end = leafEnd(buf, i, final);
+      if (end === NEED_MORE) return this.cut(buf, i);
+      if (end === BAD_LEAF) this.badLeaf(buf, i);
+      if (end - i > MAX_NUMBER_LENGTH) this.fail("LimitExceeded", `${this.where(true)}: a number longer than ${MAX_NUMBER_LENGTH} characters`);
+      const kind = leafToken.kind;
       if (this.leafDepth !== this.depth) {
         if (this.leafDepth !== -1 || this.depth <= this.maxArrayLevel) {
           this.fail("ShapeMismatch", `${this.where(true)}: a value where the other elements at this level are arrays (arrays must be regular)`);
@@ -319,18 +284,38 @@ class DataScan {
     return i;
   }
 
-  /** Refuses the string at `buf[i]`, shown up to `end` (its closing quote, or a cut). */
-  private badString(buf: Uint8Array, i: number, end: number): never {
-    let shown: string;
-    try {
-      shown = utf8.decode(buf.subarray(i, end));
-    } catch {
-      shown = "with invalid UTF-8";
+  /** Refuses what {@link leafEnd} found at `buf[i]`, saying why. */
+  private badLeaf(buf: Uint8Array, i: number): never {
+    const c = buf[i]!;
+    switch (leafToken.problem) {
+      case "number":
+        return this.syntax(`invalid number (${numberToken.reason})`, i, true);
+      case "string": {
+        const end = leafToken.shownEnd;
+        let shown: string;
+        try {
+          shown = utf8.decode(buf.subarray(i, end));
+        } catch {
+          shown = "with invalid UTF-8";
+        }
+        const cut = buf[end - 1] === 0x22 && end - i > 1 ? "" : "…";
+        return this.fail("InvalidValue", `${this.where(true)}: the string ${shown}${cut} is not a value; strings in data are "NaN", "Infinity" and "-Infinity" only`);
+      }
+      case "unterminated":
+        return this.syntax("unterminated string", i, true);
+      case "null":
+        return this.fail("InvalidValue", `${this.where(true)}: null is not a value`);
+      case "object":
+        return this.fail("InvalidValue", `${this.where(true)}: an object is not a value`);
+      case "bare": {
+        const word = c === 0x4e ? "NaN" : "Infinity";
+        return this.syntax(`bare ${word} is not JSON; write the string "${word}"`, i, true);
+      }
+      case "literal":
+        return this.syntax("invalid literal", i, true);
+      default:
+        return this.syntax(`unexpected ${describeByte(c)}`, i, true);
     }
-    return this.fail(
-      "InvalidValue",
-      `${this.where(true)}: the string ${shown}${buf[end - 1] === 0x22 && end - i > 1 ? "" : "…"} is not a value; strings in data are "NaN", "Infinity" and "-Infinity" only`,
-    );
   }
 
   /** The dims of the value as written: the array lengths, then nothing (values at the deepest level). */

@@ -93,9 +93,17 @@ const POW2 = Float64Array.from({ length: 256 }, (_, i) => 2 ** (i - 150));
 const EPS = 1e-6;
 const f32 = new Float32Array(1);
 
-/** True when `k × 10^e` reads back (through float64) as the float32 `x`. Exact, slow: for boundaries. */
-function readsBackF32(k: number, e: number, x: number): boolean {
-  return Math.fround(Number(`${k}e${e}`)) === x;
+/**
+ * Takes `k × 10^e` as the result if it reads back (through float64) as the float32 `x`: surely
+ * when it lies clear of the interval's ends [tlo, thi] (in units of 10^e), else checked exactly
+ * by parsing (slow, for the rare candidates at an end).
+ */
+function settle(k: number, e: number, x: number, tlo: number, thi: number, out: Decimal): boolean {
+  if (!(k > tlo + EPS && k < thi - EPS) && Math.fround(Number(`${k}e${e}`)) !== x) return false;
+  out.k = k;
+  out.e = e;
+  stripZeros(out);
+  return true;
 }
 
 /**
@@ -125,15 +133,7 @@ export function shortestFloat32(x: number, bits: number, out: Decimal): void {
   let tlo = scaleDown(lo, e);
   let thi = scaleDown(hi, e);
   let k = Math.floor(thi + EPS);
-  if (k > 0 && k >= tlo - EPS) {
-    const sure = k > tlo + EPS && k < thi - EPS;
-    if (sure || readsBackF32(k, e, x)) {
-      out.k = k;
-      out.e = e;
-      stripZeros(out);
-      return;
-    }
-  }
+  if (k > 0 && k >= tlo - EPS && settle(k, e, x, tlo, thi, out)) return;
 
   e = e0;
   tlo = scaleDown(lo, e);
@@ -151,13 +151,7 @@ export function shortestFloat32(x: number, bits: number, out: Decimal): void {
   if (k > kmax) k = kmax;
   // Walk inwards from an end until a candidate reads back; the interior ones always do.
   for (let tries = 0; tries < 4 && k >= kmin && k <= kmax; tries++) {
-    const sure = k > tlo + EPS && k < thi - EPS;
-    if (sure || readsBackF32(k, e, x)) {
-      out.k = k;
-      out.e = e;
-      stripZeros(out);
-      return;
-    }
+    if (settle(k, e, x, tlo, thi, out)) return;
     k += k - tlo < thi - k ? 1 : -1;
   }
   // A safety net for a boundary case the walk above would miss (none is known: the tests

@@ -32,9 +32,9 @@ import {
   withContext,
 } from "@st-convert/core";
 import { BASE64_VALUE, decodeBase64Into, encodeBase64Into } from "./base64.js";
-import { BAD_NUMBER, ByteWindow, NEED_MORE, numberEnd, numberToken, startsWith } from "./ByteWindow.js";
-import { type ScanOptions, type ScannedTensor, leafPath, pathName, scanTensorJson } from "./scanTensorJson.js";
-import { type FormatCursor, LITTLE_ENDIAN, Leaf, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
+import { BAD_LEAF, ByteWindow, NEED_MORE, leafEnd, leafToken } from "./ByteWindow.js";
+import { type ScanOptions, type ScannedTensor, leafPath, scanTensorJson } from "./scanTensorJson.js";
+import { type FormatCursor, LITTLE_ENDIAN, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
 
 // ---- reading -------------------------------------------------------------------------------
 
@@ -136,30 +136,10 @@ async function* valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCo
             i++;
             continue;
           }
-          let kind: number;
-          let end: number;
-          if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
-            end = numberEnd(buf, i, final);
-            if (end === NEED_MORE) break;
-            if (end === BAD_NUMBER) throw changed(source, t, `invalid number at byte ${w.base + i}`);
-            kind = numberToken.float ? Leaf.Float : Leaf.Integer;
-          } else if (c === 0x22) {
-            if (i + 11 > n && !final) break;
-            if (startsWith(buf, i, '"NaN"')) kind = Leaf.NaN;
-            else if (startsWith(buf, i, '"Infinity"')) kind = Leaf.Infinity;
-            else if (startsWith(buf, i, '"-Infinity"')) kind = Leaf.NegativeInfinity;
-            else throw changed(source, t, `unexpected string at byte ${w.base + i}`);
-            end = i + (kind === Leaf.NaN ? 5 : kind === Leaf.Infinity ? 10 : 11);
-          } else if (c === 0x74 || c === 0x66) {
-            kind = c === 0x74 ? Leaf.True : Leaf.False;
-            end = i + (c === 0x74 ? 4 : 5);
-            if (end > n) {
-              if (final) throw changed(source, t, `the data ended inside a literal`);
-              break;
-            }
-          } else {
-            throw changed(source, t, `unexpected byte at ${w.base + i}`);
-          }
+          const end = leafEnd(buf, i, final);
+          if (end === NEED_MORE) break;
+          if (end === BAD_LEAF) throw changed(source, t, `not a value at byte ${w.base + i}`);
+          const kind = leafToken.kind;
           const element = Math.floor(leaf / leavesPerElement);
           codec.store(block, element - first, leaf - element * leavesPerElement, kind, buf, i, end);
           leaf++;

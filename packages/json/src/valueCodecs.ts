@@ -400,63 +400,43 @@ function storeFloat32(floats: Float32Array, slot: number, x: number, dtype: Dtyp
   floats[slot] = y;
 }
 
-const f32Slots = viewCache((b, o, n) => new Float32Array(b, o, n), 4);
-const c64Slots = viewCache((b, o, n) => new Float32Array(b, o, n), 4);
 const f64Slots = viewCache((b, o, n) => new Float64Array(b, o, n), 8);
 
-const f32Codec: ValueCodec = {
-  dtype: "F32",
-  elementBytes: 4,
-  leavesPerElement: 1,
-  maxTextBytes: 2 + 16,
-  allowedLeaves: FLOAT_LEAVES,
-  alwaysLossless: () => false,
-  lossless: (block) => float32Lossless(view(block, (b, o, n) => new Uint32Array(b, o, n), 4)),
-  format(block, end, out, limit, cursor, first) {
-    const words = view(block, (b, o, n) => new Uint32Array(b, o, n), 4);
-    const floats = view(block, (b, o, n) => new Float32Array(b, o, n), 4);
-    let { index, pos } = cursor;
-    for (; index < end && pos <= limit; index++) {
-      if (index > 0 || !first) pos = separator(out, pos);
-      pos = writeFloat32(out, pos, words[index]!, floats[index]!);
-    }
-    cursor.index = index;
-    cursor.pos = pos;
-  },
-  store(block, index, _leaf, kind, text, start, end) {
-    const x = floatLeaf("F32", kind, text, start, end);
-    storeFloat32(f32Slots(block), index, x, "F32", text, start, end);
-  },
-};
-
-const c64Codec: ValueCodec = {
-  dtype: "C64",
-  elementBytes: 8,
-  leavesPerElement: 2,
-  maxTextBytes: 2 + 2 * 16 + 4,
-  allowedLeaves: FLOAT_LEAVES,
-  alwaysLossless: () => false,
-  lossless: (block) => float32Lossless(view(block, (b, o, n) => new Uint32Array(b, o, n), 4)),
-  format(block, end, out, limit, cursor, first) {
-    const words = view(block, (b, o, n) => new Uint32Array(b, o, n), 4);
-    const floats = view(block, (b, o, n) => new Float32Array(b, o, n), 4);
-    let { index, pos } = cursor;
-    for (; index < end && pos <= limit; index++) {
-      if (index > 0 || !first) pos = separator(out, pos);
-      out[pos++] = 0x5b;
-      pos = writeFloat32(out, pos, words[2 * index]!, floats[2 * index]!);
-      pos = separator(out, pos);
-      pos = writeFloat32(out, pos, words[2 * index + 1]!, floats[2 * index + 1]!);
-      out[pos++] = 0x5d;
-    }
-    cursor.index = index;
-    cursor.pos = pos;
-  },
-  store(block, index, leaf, kind, text, start, end) {
-    const x = floatLeaf("C64", kind, text, start, end);
-    storeFloat32(c64Slots(block), 2 * index + leaf, x, "C64", text, start, end);
-  },
-};
+/** F32, or C64 as pairs of F32 (real, imaginary) written `[re, im]`. */
+function float32Codec(dtype: "F32" | "C64"): ValueCodec {
+  const pairs = dtype === "C64";
+  const leaves = pairs ? 2 : 1;
+  const slots = viewCache((b, o, n) => new Float32Array(b, o, n), 4);
+  return {
+    dtype,
+    elementBytes: 4 * leaves,
+    leavesPerElement: leaves,
+    maxTextBytes: pairs ? 2 + 2 * 16 + 4 : 2 + 16,
+    allowedLeaves: FLOAT_LEAVES,
+    alwaysLossless: () => false,
+    lossless: (block) => float32Lossless(view(block, (b, o, n) => new Uint32Array(b, o, n), 4)),
+    format(block, end, out, limit, cursor, first) {
+      const words = view(block, (b, o, n) => new Uint32Array(b, o, n), 4);
+      const floats = view(block, (b, o, n) => new Float32Array(b, o, n), 4);
+      let { index, pos } = cursor;
+      for (; index < end && pos <= limit; index++) {
+        if (index > 0 || !first) pos = separator(out, pos);
+        if (pairs) {
+          out[pos++] = 0x5b;
+          pos = writeFloat32(out, pos, words[2 * index]!, floats[2 * index]!);
+          pos = separator(out, pos);
+          pos = writeFloat32(out, pos, words[2 * index + 1]!, floats[2 * index + 1]!);
+          out[pos++] = 0x5d;
+        } else pos = writeFloat32(out, pos, words[index]!, floats[index]!);
+      }
+      cursor.index = index;
+      cursor.pos = pos;
+    },
+    store(block, index, leaf, kind, text, start, end) {
+      storeFloat32(slots(block), leaves * index + leaf, floatLeaf(dtype, kind, text, start, end), dtype, text, start, end);
+    },
+  };
+}
 
 const f64Codec: ValueCodec = {
   dtype: "F64",
@@ -621,9 +601,8 @@ export function valueCodec(dtype: Dtype): ValueCodec | undefined {
 
 function makeCodec(dtype: Dtype): ValueCodec | undefined {
   if (dtype === "BOOL") return boolCodec;
-  if (dtype === "F32") return f32Codec;
+  if (dtype === "F32" || dtype === "C64") return float32Codec(dtype);
   if (dtype === "F64") return f64Codec;
-  if (dtype === "C64") return c64Codec;
   if (dtype === "I64" || dtype === "U64") return int64Codec(dtype === "I64");
   const integer = INTEGERS.find((s) => s.dtype === dtype);
   if (integer !== undefined) return integerCodec(integer);
