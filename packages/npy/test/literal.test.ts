@@ -82,7 +82,7 @@ describe("parsePythonLiteral", () => {
 
   it("drops Python 2 L suffixes only when asked, and only right after a number", () => {
     expect(() => parsePythonLiteral("(2L, 3L)")).toThrow();
-    const dims = (text: string) => (parsePythonLiteral(text, { allowLongSuffix: true }) as { items: { value: bigint }[] }).items.map((d) => d.value);
+    const dims = (text: string) => (parsePythonLiteral(text, { allowLongSuffix: true }) as unknown as { items: { value: bigint }[] }).items.map((d) => d.value);
     expect(dims("(2L, 3L)")).toEqual([2n, 3n]);
     expect(dims("(2 L,)")).toEqual([2n]);
     expect(dims("(0x10L,)")).toEqual([16n]);
