@@ -90,6 +90,10 @@ function stripZeros(d: Decimal): Decimal {
 }
 
 const POW2 = Float64Array.from({ length: 256 }, (_, i) => 2 ** (i - 150));
+// floor(log10(w)) for the interval width w of each exponent field: the ulp, or 3/4 of it just
+// above a power of two. (log10 of these is never within 1e-3 of an integer but for w = 1.)
+const E0 = Int32Array.from({ length: 256 }, (_, i) => Math.floor(Math.log10(POW2[i === 0 ? 1 : i]!)));
+const E0_EDGE = Int32Array.from({ length: 256 }, (_, i) => Math.floor(Math.log10(0.75 * POW2[i === 0 ? 1 : i]!)));
 const EPS = 1e-6;
 const f32 = new Float32Array(1);
 
@@ -125,8 +129,9 @@ export function shortestFloat32(x: number, bits: number, out: Decimal): void {
   const ulp = POW2[expField === 0 ? 1 : expField]!;
   const hi = x + ulp / 2;
   // Just above a power of two the neighbour below is half as far.
-  const lo = mant === 0 && expField > 1 ? x - ulp / 4 : x - ulp / 2;
-  const e0 = Math.floor(Math.log10(hi - lo));
+  const edge = mant === 0 && expField > 1;
+  const lo = edge ? x - ulp / 4 : x - ulp / 2;
+  const e0 = (edge ? E0_EDGE : E0)[expField]!;
 
   // One multiple of 10^(e0+1) at most.
   let e = e0 + 1;
@@ -172,9 +177,23 @@ export function shortestFloat32(x: number, bits: number, out: Decimal): void {
  */
 export function writeDecimal(out: Uint8Array, pos: number, negative: boolean, k: number, e: number): number {
   if (negative) out[pos++] = 0x2d;
-  // Digits of k, most significant first, into the scratch area.
+  // Digits of k, least significant first, into the scratch area (int32 arithmetic when it fits:
+  // float division and modulo cost more than formatting everything else).
   let p = 0;
-  for (let v = k; v > 0; v = Math.floor(v / 10)) DIGITS[p++] = 0x30 + (v % 10);
+  if (k <= 0x7fffffff) {
+    let v = k | 0;
+    for (; v >= 100; ) {
+      const q = (v / 100) | 0;
+      const r = 2 * (v - q * 100);
+      DIGITS[p++] = PAIRS[r + 1]!;
+      DIGITS[p++] = PAIRS[r]!;
+      v = q;
+    }
+    if (v >= 10) {
+      DIGITS[p++] = PAIRS[2 * v + 1]!;
+      DIGITS[p++] = PAIRS[2 * v]!;
+    } else DIGITS[p++] = 0x30 + v;
+  } else for (let v = k; v > 0; v = Math.floor(v / 10)) DIGITS[p++] = 0x30 + (v % 10);
   const n = p + e; // the decimal point sits after n digits
   if (n > 0 && n <= 15) {
     if (e >= 0) {
@@ -212,6 +231,8 @@ export function writeDecimal(out: Uint8Array, pos: number, negative: boolean, k:
 }
 
 const DIGITS = new Uint8Array(32);
+/** "00" … "99" as ASCII pairs: two digits per division. */
+const PAIRS = Uint8Array.from({ length: 200 }, (_, i) => 0x30 + (i % 2 === 0 ? Math.floor(i / 20) : (i >> 1) % 10));
 
 /** The text {@link writeDecimal} writes, as a string (for tables and tests). */
 export function decimalText(negative: boolean, d: Decimal): string {
