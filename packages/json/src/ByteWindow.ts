@@ -49,7 +49,9 @@ export class ByteWindow {
     this.next += length;
     const kept = this.buf.length - keep;
     if (kept === 0) {
-      this.buf = fresh;
+      // A plain Uint8Array view even when the source returns a Buffer: the tokenizers' loops
+      // then see one array type (monomorphic element access is markedly faster in V8).
+      this.buf = new Uint8Array(fresh.buffer, fresh.byteOffset, fresh.byteLength);
     } else {
       const joined = new Uint8Array(kept + length);
       joined.set(this.buf.subarray(keep));

@@ -34,7 +34,7 @@ import {
 import { BASE64_VALUE, decodeBase64Into, encodeBase64Into } from "./base64.js";
 import { BAD_LEAF, ByteWindow, NEED_MORE, leafEnd, leafToken } from "./ByteWindow.js";
 import { type ScanOptions, type ScannedTensor, leafPath, scanTensorJson } from "./scanTensorJson.js";
-import { type FormatCursor, LITTLE_ENDIAN, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
+import { type FormatCursor, LITTLE_ENDIAN, Leaf, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
 
 // ---- reading -------------------------------------------------------------------------------
 
@@ -136,10 +136,25 @@ async function* valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCo
             i++;
             continue;
           }
-          const end = leafEnd(buf, i, final);
-          if (end === NEED_MORE) break;
-          if (end === BAD_LEAF) throw changed(source, t, `not a value at byte ${w.base + i}`);
-          const kind = leafToken.kind;
+          let end: number;
+          let kind: number;
+          if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+            // A number: the scan checked its syntax, so finding its end is enough here (the
+            // parser checks again as it reads the digits, in case the file changed).
+            let float = false;
+            for (end = i + 1; end < n; end++) {
+              const d = buf[end]!;
+              if (d === 0x2c || d === 0x5d || d === 0x20 || d === 0x0a || d === 0x0d || d === 0x09) break;
+              if (d === 0x2e || d === 0x65 || d === 0x45) float = true;
+            }
+            if (end === n && !final) break;
+            kind = float ? Leaf.Float : Leaf.Integer;
+          } else {
+            end = leafEnd(buf, i, final);
+            if (end === NEED_MORE) break;
+            if (end === BAD_LEAF) throw changed(source, t, `not a value at byte ${w.base + i}`);
+            kind = leafToken.kind;
+          }
           const element = Math.floor(leaf / leavesPerElement);
           codec.store(block, element - first, leaf - element * leavesPerElement, kind, buf, i, end);
           leaf++;

@@ -124,11 +124,16 @@ function tokenText(text: Uint8Array, start: number, end: number): string {
   return String.fromCharCode.apply(null, text.subarray(start, end) as unknown as number[]);
 }
 
+function notANumber(text: Uint8Array, start: number, end: number): never {
+  throw new ValueError("InvalidValue", `${tokenText(text, start, end)} is not a JSON number`);
+}
+
 /**
- * The float64 nearest to a JSON number token (valid syntax, checked by the scan), correctly
- * rounded like `Number()` and Python's `float()`. Up to 15 significant digits with a decimal
- * exponent within ±22 take Clinger's fast path (both operands exact, one rounding); anything else
- * goes through `Number()`.
+ * The float64 nearest to a JSON number token, correctly rounded like `Number()` and Python's
+ * `float()`. Checks the token's syntax as it goes (the scan did too; this guards a file changed
+ * in between). Up to 15 significant digits with a decimal exponent within ±22 take Clinger's
+ * fast path (both operands exact, one rounding); anything else goes through `Number()`.
+ * @throws ValueError `InvalidValue` for a malformed token.
  */
 export function parseNumberToken(text: Uint8Array, start: number, end: number): number {
   let i = start;
@@ -137,38 +142,52 @@ export function parseNumberToken(text: Uint8Array, start: number, end: number): 
   let mantissa = 0;
   let digits = 0;
   let exp10 = 0;
-  let c = text[i]!;
-  for (; i < end && c >= 0x30 && c <= 0x39; c = text[++i]!) {
+  let exact = true;
+  let c = 0;
+  const intStart = i;
+  for (; i < end; i++) {
+    c = text[i]!;
+    const d = c - 0x30;
+    if (d < 0 || d > 9) break;
     if (digits < 15) {
-      mantissa = mantissa * 10 + (c - 0x30);
+      mantissa = mantissa * 10 + d;
       if (mantissa !== 0) digits++;
-    } else if (c !== 0x30) return Number(tokenText(text, start, end));
-    else exp10++;
+    } else {
+      exp10++;
+      if (d !== 0) exact = false;
+    }
   }
+  if (i === intStart || (text[intStart] === 0x30 && i - intStart > 1)) notANumber(text, start, end);
   if (i < end && c === 0x2e) {
-    for (c = text[++i]!; i < end && c >= 0x30 && c <= 0x39; c = text[++i]!) {
+    const fracStart = ++i;
+    for (; i < end; i++) {
+      c = text[i]!;
+      const d = c - 0x30;
+      if (d < 0 || d > 9) break;
       if (digits < 15) {
-        mantissa = mantissa * 10 + (c - 0x30);
+        mantissa = mantissa * 10 + d;
         exp10--;
         if (mantissa !== 0) digits++;
-      } else if (c !== 0x30) return Number(tokenText(text, start, end));
+      } else if (d !== 0) exact = false;
     }
+    if (i === fracStart) notANumber(text, start, end);
   }
-  if (i < end) {
-    // Exponent: [eE][+-]?digits
-    c = text[++i]!;
+  if (i < end && (c === 0x65 || c === 0x45)) {
+    i++;
     let expNegative = false;
-    if (c === 0x2d || c === 0x2b) {
-      expNegative = c === 0x2d;
-      i++;
-    }
+    if (i < end && (text[i] === 0x2b || text[i] === 0x2d)) expNegative = text[i++] === 0x2d;
+    const expStart = i;
     let exp = 0;
     for (; i < end; i++) {
-      exp = exp * 10 + (text[i]! - 0x30);
-      if (exp > 1e6) break; // far beyond any double; the slow path says 0 or Infinity
+      const d = text[i]! - 0x30;
+      if (d < 0 || d > 9) break;
+      if (exp < 1e8) exp = exp * 10 + d; // far beyond any double either way
     }
+    if (i === expStart) notANumber(text, start, end);
     exp10 += expNegative ? -exp : exp;
   }
+  if (i !== end) notANumber(text, start, end);
+  if (!exact) return Number(tokenText(text, start, end));
   if (mantissa === 0) return negative ? -0 : 0;
   let value: number;
   if (exp10 >= 0 && exp10 <= 22) value = mantissa * EXACT_POW10[exp10]!;
@@ -223,13 +242,22 @@ function viewCache<T>(make: (b: ArrayBuffer, o: number, n: number) => T, bytes: 
   };
 }
 
-/** An integer token's exact value as a number when it has at most 15 digits, else undefined. */
-function smallInteger(text: Uint8Array, start: number, end: number): number | undefined {
+/**
+ * An integer token's exact value as a number when it has at most 15 digits, else undefined
+ * (after checking that it is digits, with an optional `-`).
+ * @throws ValueError `InvalidValue` for anything else (a fraction, an exponent).
+ */
+function smallInteger(dtype: Dtype, text: Uint8Array, start: number, end: number): number | undefined {
   const negative = text[start] === 0x2d;
-  let i = negative ? start + 1 : start;
-  if (end - i > 15) return undefined;
+  const first = negative ? start + 1 : start;
   let v = 0;
-  for (; i < end; i++) v = v * 10 + (text[i]! - 0x30);
+  for (let i = first; i < end; i++) {
+    const d = text[i]! - 0x30;
+    if (d < 0 || d > 9) throw new ValueError("InvalidValue", `${tokenText(text, start, end)} is not an integer (${dtype} takes integers only)`);
+    v = v * 10 + d;
+  }
+  if (end === first) throw new ValueError("InvalidValue", `${tokenText(text, start, end)} is not an integer`);
+  if (end - first > 15) return undefined;
   return negative ? -v : v;
 }
 
@@ -257,7 +285,7 @@ function integerCodec(spec: IntegerSpec): ValueCodec {
     },
     store(block, index, _leaf, kind, text, start, end) {
       if (kind & Leaf.Float) throw new ValueError("InvalidValue", `${tokenText(text, start, end)} is not an integer (${dtype} takes integers only)`);
-      const v = smallInteger(text, start, end);
+      const v = smallInteger(dtype, text, start, end);
       if (v === undefined || v < min || v > max) throw outOfRange(dtype, text, start, end, range);
       typed(block)[index] = v;
     },
@@ -301,7 +329,7 @@ function int64Codec(signed: boolean): ValueCodec {
     store(block, index, _leaf, kind, text, start, end) {
       if (kind & Leaf.Float) throw new ValueError("InvalidValue", `${tokenText(text, start, end)} is not an integer (${dtype} takes integers only)`);
       const words = typedWords(block);
-      const v = smallInteger(text, start, end);
+      const v = smallInteger(dtype, text, start, end);
       if (v !== undefined) {
         if (v < 0 && !signed) throw outOfRange(dtype, text, start, end, range);
         words[2 * index] = v >>> 0;
