@@ -8,6 +8,7 @@ import { Leaf } from "./valueCodecs.js";
 
 const EMPTY = new Uint8Array(0);
 
+/** The bytes at hand of a source range, a cursor into them, and a way to read on. */
 export class ByteWindow {
   /** The bytes at hand; `buf[0]` is at absolute offset `base`. */
   buf: Uint8Array = EMPTY;

@@ -459,7 +459,7 @@ export async function writeTensorJson(source: TensorSource, sink: ByteSink, opti
     checkedByteLength(t);
     lines.push(`  ${jsonString(t.name, { tensor: t.name }, "name")}: {"dtype": "${t.dtype}", "shape": [${t.shape.join(", ")}], `);
   }
-  const metadata = source.metadata === null ? null : metadataLine(source.metadata);
+  const metadata = source.metadata === null || source.metadata === undefined ? null : metadataLine(source.metadata);
 
   const out = new TextOut(sink);
   await out.text(source.tensors.length === 0 && metadata === null ? "{" : "{\n");
