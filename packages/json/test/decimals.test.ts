@@ -64,6 +64,7 @@ describe("decoding the small floats equals ml_dtypes (fixtures/json/decoded.json
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 const fromBits = (bits: number) => ((u32[0] = bits), f32[0]!);
+const toBits = (value: number) => ((f32[0] = value), u32[0]!);
 
 describe("the shortest float32 decimals", () => {
   it("the fast method equals the exact search over 300,000 random patterns and every exponent's edges", () => {
@@ -71,7 +72,7 @@ describe("the shortest float32 decimals", () => {
     for (let e = 0; e < 255; e++) for (const m of [0, 1, 2, 3, 0x7fffff, 0x7ffffe, 0x400000, 0x3fffff]) patterns.push((e << 23) | m);
     const random = new Uint32Array(bytesFor(99, 4 * 300_000).buffer);
     for (const w of random) patterns.push(w & 0x7fffffff);
-    for (let i = 1; i < 20_000; i++) patterns.push((u32[0] = ((f32[0] = i / 1000), u32[0])), (u32[0] = ((f32[0] = i * 1e10), u32[0])));
+    for (let i = 1; i < 20_000; i++) patterns.push(toBits(i / 1000), toBits(i * 1e10));
     const out = { k: 0, e: 0 };
     const mismatches: string[] = [];
     for (const bits of patterns) {
