@@ -29,11 +29,14 @@ export function swapBytesInPlace(bytes: Uint8Array, unit: number): void {
     else swapLoop(bytes, unit);
     return;
   }
-  if (bytes.byteOffset % 4 === 0 && (unit === 2 || unit === 4 || unit === 8)) {
-    swapWords(bytes, unit);
-    return;
-  }
-  swapLoop(bytes, unit);
+  swapBytesPortable(bytes, unit);
+}
+
+/** {@link swapBytesInPlace} without Node's `Buffer` (what browsers run): typed-array loops. */
+export function swapBytesPortable(bytes: Uint8Array, unit: number): void {
+  if (bytes.byteOffset % 4 === 0 && bytes.byteLength % 4 === 0 && (unit === 4 || unit === 8)) swapWords(bytes, unit);
+  else if (bytes.byteOffset % 2 === 0 && unit === 2) swapWords(bytes, unit);
+  else swapLoop(bytes, unit);
 }
 
 /** Aligned case without Node: 16- or 32-bit words, byte-reversed by shifts. */

@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { isStConvertError } from "@st-convert/core";
 import { loadCodec } from "@st-convert/npy";
 import { tableCrc32 } from "../src/Codec.js";
+import { swapBytesInPlace, swapBytesPortable } from "../src/swapBytes.js";
 
 async function* pieces(bytes: Uint8Array, size: number): AsyncGenerator<Uint8Array> {
   for (let at = 0; at < bytes.byteLength; at += size) yield bytes.subarray(at, at + size);
@@ -100,5 +101,26 @@ describe("codec", () => {
       throw new Error("disk on fire");
     })();
     await expect(all(codec.inflateRaw(failing))).rejects.toThrow("disk on fire");
+  });
+});
+
+describe("byte swapping", () => {
+  it("the portable loops (browsers) equal Node's Buffer.swap16/32/64, aligned or not", () => {
+    for (const unit of [2, 4, 8]) {
+      for (const offset of [0, 1, 2, 4]) {
+        const data = Uint8Array.from({ length: 8 * 37 + offset }, (_, i) => (i * 67) & 0xff);
+        const view = data.subarray(offset, offset + unit * 37);
+        const portable = new Uint8Array(view);
+        swapBytesPortable(portable, unit);
+        const node = Buffer.from(view);
+        if (unit === 2) node.swap16();
+        else if (unit === 4) node.swap32();
+        else node.swap64();
+        expect(Buffer.from(portable).equals(node)).toBe(true);
+        const inPlace = new Uint8Array(view);
+        swapBytesInPlace(inPlace, unit);
+        expect(Buffer.from(inPlace).equals(node)).toBe(true);
+      }
+    }
   });
 });
