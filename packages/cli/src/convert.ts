@@ -139,8 +139,10 @@ async function openTensors(
 }
 
 /**
- * Wraps a source so that every chunk pulled counts towards progress and checks for an abort;
- * `reading()` tells whether a failure happened while pulling bytes (blame the input) or not.
+ * Wraps a source so that the bytes pulled count towards progress and each chunk checks for an
+ * abort; `reading()` tells whether a failure happened while pulling bytes (blame the input) or not.
+ * A writer may pull a tensor more than once (the JSON writer pre-scans floats): progress counts the
+ * furthest byte reached in each tensor, so it never passes the total.
  */
 function observe(
   source: TensorSource,
@@ -150,25 +152,33 @@ function observe(
   const total = source.tensors.reduce((sum, t) => sum + t.byteLength, 0);
   let done = 0;
   let inRead = false;
-  const wrap = (entry: TensorEntry): TensorEntry => ({
-    name: entry.name,
-    dtype: entry.dtype,
-    shape: entry.shape,
-    byteLength: entry.byteLength,
-    async *chunks(options?: ChunkOptions) {
-      const iterator = entry.chunks(options)[Symbol.asyncIterator]();
-      for (;;) {
-        signal?.throwIfAborted();
-        inRead = true;
-        const next = await iterator.next();
-        inRead = false;
-        if (next.done === true) return;
-        done += next.value.byteLength;
-        yield next.value;
-        onProgress?.(done, total);
-      }
-    },
-  });
+  const wrap = (entry: TensorEntry): TensorEntry => {
+    let furthest = 0;
+    return {
+      name: entry.name,
+      dtype: entry.dtype,
+      shape: entry.shape,
+      byteLength: entry.byteLength,
+      async *chunks(options?: ChunkOptions) {
+        const iterator = entry.chunks(options)[Symbol.asyncIterator]();
+        let position = 0;
+        for (;;) {
+          signal?.throwIfAborted();
+          inRead = true;
+          const next = await iterator.next();
+          inRead = false;
+          if (next.done === true) return;
+          position += next.value.byteLength;
+          if (position > furthest) {
+            done += Math.min(position, entry.byteLength) - Math.min(furthest, entry.byteLength);
+            furthest = position;
+          }
+          yield next.value;
+          onProgress?.(done, total);
+        }
+      },
+    };
+  };
   return {
     source: { metadata: source.metadata, tensors: source.tensors.map(wrap) },
     done: () => done,

@@ -10,7 +10,7 @@ afterEach(() => cleanup());
 
 const manifest = JSON.parse(readFileSync(fixturePath("safetensors", "manifest.json"), "utf8")) as Record<
   string,
-  { metadata: Record<string, string> | null; tensors: { name: string; dtype: string; shape: number[] }[] }
+  { metadata: Record<string, string> | null; tensors: { name: string; dtype: string; shape: number[]; data_offsets: [number, number] }[] }
 >;
 
 describe("st-convert basics", () => {
@@ -160,6 +160,14 @@ describe("st-convert safetensors -> safetensors", () => {
     expect(run.status).toBe(0);
     expect(JSON.parse(run.stdout)).toMatchObject({ inputFormat: "safetensors", outputFormat: "safetensors", tensors: 8 });
     expect(existsSync(join(dir, "out.safetensors"))).toBe(true);
+  });
+
+  it("reports tensor bytes once even when the writer reads a tensor twice (JSON pre-scans floats)", () => {
+    const total = manifest["mixed.safetensors"]!.tensors.reduce((n, t) => n + t.data_offsets[1] - t.data_offsets[0], 0);
+    for (const out of ["o.safetensors", "o.json"]) {
+      const run = runCli([fixturePath("safetensors", "mixed.safetensors"), join(dir, out), "--json"]);
+      expect(JSON.parse(run.stdout)).toMatchObject({ bytes: total });
+    }
   });
 
   it("a missing output directory is exit 1 naming the output", () => {
