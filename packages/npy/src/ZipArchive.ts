@@ -393,7 +393,8 @@ function deflatedPayload(source: ByteSource, member: ZipMember, codec: Codec): P
       let pending: Uint8Array[] = [];
       let pendingLength = 0;
       const end = offset + length;
-      for await (const chunk of inflate(INFLATE_INPUT, Math.max(chunkSize, 64 * 1024), true)) {
+      // Inflater buffers stay between 64 KiB and 4 MiB whatever the consumer asks; pieces are re-cut below.
+      for await (const chunk of inflate(INFLATE_INPUT, Math.min(Math.max(chunkSize, 64 * 1024), DEFAULT_CHUNK_SIZE), true)) {
         const from = Math.max(0, offset - position);
         const to = Math.min(chunk.byteLength, end - position);
         position += chunk.byteLength;
