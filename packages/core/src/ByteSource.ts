@@ -127,8 +127,9 @@ export class MemorySink implements ByteSink {
 
   async write(chunk: Uint8Array): Promise<void> {
     if (this.#state !== "open") throw new StConvertError("Io", `write to a ${this.#state} sink`, { file: this.name });
-    // A copy, because the caller may reuse its buffer once the promise settles.
-    this.#chunks.push(chunk.slice());
+    // A copy, because the caller may reuse its buffer once the promise settles. Not `chunk.slice()`:
+    // on a Node Buffer that is a view of the same memory.
+    this.#chunks.push(new Uint8Array(chunk));
     this.#length += chunk.byteLength;
   }
 

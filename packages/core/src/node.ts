@@ -55,7 +55,9 @@ export async function openFileSource(path: string): Promise<FileSource> {
         }
         filled += bytesRead;
       }
-      return buffer;
+      // A plain Uint8Array over the same memory: consumers may call slice() expecting a copy,
+      // which on a Buffer is a view.
+      return new Uint8Array(buffer.buffer, buffer.byteOffset, length);
     },
     async close() {
       await handle.close();

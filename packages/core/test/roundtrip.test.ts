@@ -120,3 +120,14 @@ describe("safetensors round trip", () => {
     await expect(serializeSafetensors({ metadata: { big: "x".repeat(100_000_000) }, tensors: [] })).rejects.toMatchObject({ code: "HeaderTooLarge" });
   });
 });
+
+describe("MemorySink", () => {
+  it("keeps a copy of each chunk, also of a Node Buffer whose slice() is a view", async () => {
+    const sink = new MemorySink();
+    const chunk = Buffer.from([1, 2, 3]);
+    await sink.write(chunk);
+    chunk.fill(9);
+    await sink.close();
+    expect([...sink.bytes()]).toEqual([1, 2, 3]);
+  });
+});

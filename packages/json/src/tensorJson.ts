@@ -350,7 +350,7 @@ async function* elementBlocks(tensor: TensorEntry, elementBytes: number, chunkSi
     if (whole > 0) {
       let block = chunk.subarray(at, at + whole);
       if (block.byteOffset % align !== 0 || !LITTLE_ENDIAN) {
-        block = block.slice();
+        block = new Uint8Array(block); // a copy: Buffer#slice would be a view, keeping the misalignment
         if (!LITTLE_ENDIAN) swapBytes(block, unit);
       }
       yield block;

@@ -1,7 +1,7 @@
 /** The document the writer produces, its refusals, and that it streams. */
 import { describe, expect, it } from "vitest";
 import { type ByteSink, type TensorEntry, createMetadata, readTensorBytes } from "@st-convert/core";
-import { readTensorJson, writeTensorJson } from "@st-convert/json";
+import { readTensorJson, serializeTensorJson, writeTensorJson } from "@st-convert/json";
 import { CountingSink, failure, tensor, text, toJson } from "./helpers.js";
 
 const bytesOf = (values: number[]) => new Uint8Array(new Float32Array(values).buffer);
@@ -117,5 +117,24 @@ describe("streaming", () => {
     expect(Math.max(...pulled)).toBe(1 << 20);
     const back = await readTensorJson(sink.bytes(), { windowSize: 1 << 16 });
     expect(Buffer.from(await readTensorBytes(back.tensors[0]!)).equals(bytes)).toBe(true);
+  });
+});
+
+describe("chunks that are Node Buffers at odd offsets", () => {
+  it("are copied to aligned memory before typed-array views, not viewed through Buffer#slice", async () => {
+    const data = Buffer.alloc(21);
+    Buffer.from(new Float32Array([1.5, -2, 3.25, 4, 5]).buffer).copy(data, 1);
+    const entry = {
+      name: "w",
+      dtype: "F32" as const,
+      shape: [5],
+      byteLength: 20,
+      async *chunks() {
+        yield data.subarray(1, 4); // three bytes: the element straddles chunks
+        yield data.subarray(4, 21); // the rest starts at an odd offset in the buffer
+      },
+    };
+    const json = new TextDecoder().decode(await serializeTensorJson({ metadata: null, tensors: [entry] }));
+    expect(JSON.parse(json).w.data).toEqual([1.5, -2, 3.25, 4, 5]);
   });
 });
