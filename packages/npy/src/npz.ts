@@ -166,12 +166,14 @@ export interface NpzWriteOptions {
   /** Deflate the members, as `np.savez_compressed` does. Default false (stored, as `np.savez`). */
   compress?: boolean;
   /**
-   * Read each tensor twice, a CRC-32 pass and then the copy, so that stored members carry their
-   * CRC and sizes in the local header: the archive is then byte-identical to `np.savez`'s to a
-   * file (with no metadata or void dtypes), and readers that cannot handle data descriptors on
-   * stored members (Java's `ZipInputStream`, streaming unzippers) read it. Default false: one
-   * pass, the CRC and sizes follow each member's data in a data descriptor, which is byte for
-   * byte what `np.savez` writes to a pipe. Compressed members always use data descriptors.
+   * Read each stored tensor twice, a CRC-32 pass and then the copy, so that stored members carry
+   * their CRC and sizes in the local header. Default true: the archive is then byte-identical to
+   * `np.savez`'s to a file (with no metadata or void dtypes), and readers that cannot handle data
+   * descriptors on stored members (Java's `ZipInputStream`, streaming unzippers) read it; reading
+   * costs less than writing, so the extra pass is cheap next to the copy. `false`: one pass, the
+   * CRC and sizes follow each member's data in a data descriptor, byte for byte what `np.savez`
+   * writes to a pipe. Compressed members always use data descriptors (their size is known only
+   * after deflating).
    */
   crcPrePass?: boolean;
   /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
@@ -183,9 +185,9 @@ export interface NpzWriteOptions {
 /**
  * Streams tensors into an `.npz` archive: member `name.npy` per tensor, in the source's order,
  * each holding exactly what `np.save` writes for the array; metadata and void dtypes in the
- * archive comment, each tensor read once (see `crcPrePass`). `np.load(allow_pickle=False)` and
- * Python's `zipfile` read it; without metadata, void dtypes or compression it is byte-identical
- * to what `np.savez` writes to a pipe (to a file with `crcPrePass`). The caller closes or aborts
+ * archive comment (see `crcPrePass` for how often each tensor is read). `np.load(allow_pickle=False)`
+ * and Python's `zipfile` read it; without metadata, void dtypes or compression it is byte-identical
+ * to what `np.savez` writes to a file (to a pipe with `crcPrePass: false`). The caller closes or aborts
  * the sink.
  * @throws StConvertError `DuplicateKey`, `InvalidName`, `UnsupportedDtype` (F4/F6),
  *   `InvalidMetadata`, `LimitExceeded` (a comment past 65,535 bytes), `ByteLengthMismatch`,
@@ -227,7 +229,7 @@ export async function writeNpz(source: TensorSource, sink: ByteSink, options: Np
     const data = () => withHeader(header, exactly(tensor, chunkSize));
     try {
       if (options.compress === true) await zip.addStreamed(member, data(), COMPRESSION_LEVEL);
-      else if (options.crcPrePass === true) {
+      else if (options.crcPrePass !== false) {
         const crc = await crcOf(data(), codec);
         await zip.addStored(member, header.byteLength + tensor.byteLength, crc, data());
       } else await zip.addStreamed(member, data());
