@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const cli = fileURLToPath(new URL("../packages/cli/dist/cli.js", import.meta.url));
-const input = "fixtures/safetensors/mixed.safetensors";
+const input = "fixtures/npy/sample_model.npz"; // written by numpy (fixtures/gen_npy.py)
 const output = "out/sample.safetensors";
 
 mkdirSync(new URL("../out", import.meta.url), { recursive: true });

@@ -7,7 +7,8 @@ import { mkdir, readdir, stat } from "node:fs/promises";
 import { basename, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
-import { FORMATS, formatByExtension, formatByName } from "./formats.js";
+import { openFileSource } from "@st-convert/core/node";
+import { FORMATS, formatByExtension, formatByName, readHead } from "./formats.js";
 
 /** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
 export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgress"> {
@@ -45,6 +46,8 @@ export interface BatchSummary {
   converted: (BatchJob & { tensors?: number; bytes?: number })[];
   skipped: (BatchJob & { reason: string })[];
   failed: (Partial<BatchJob> & { input: string; code: string; message: string })[];
+  /** Files found in folders whose extension is ambiguous (`.json`) and whose content is not a tensor file. */
+  ignored: string[];
   /** True when a signal stopped the batch before every file was attempted. */
   stopped: boolean;
 }
@@ -63,9 +66,10 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   const jobs = options.jobs ?? DEFAULT_JOBS;
   if (!Number.isInteger(jobs) || jobs < 1) throw new StConvertError("InvalidArgument", `--jobs must be a whole number of at least 1, got ${jobs}`);
   const emit = options.onEvent ?? (() => {});
-  const summary: BatchSummary = { dryRun: options.dryRun ?? false, converted: [], skipped: [], failed: [], stopped: false };
+  const summary: BatchSummary = { dryRun: options.dryRun ?? false, converted: [], skipped: [], failed: [], ignored: [], stopped: false };
 
-  const { planned, problems } = await planBatch(inputs, options.outDir, to, formats);
+  const { planned, problems, ignored } = await planBatch(inputs, options.outDir, to, formats);
+  summary.ignored.push(...ignored);
   for (const problem of problems) {
     summary.failed.push(problem);
     emit({ type: "failed", job: { input: problem.input, output: problem.output ?? "" }, error: undefined, message: problem.message });
@@ -134,7 +138,9 @@ export function describeError(error: unknown): string {
 /**
  * Expands inputs into conversions: a folder gives every file below it whose extension names a
  * known format (hidden entries and the output folder itself are skipped; symbolic links to folders
- * are not followed, which rules out cycles); a file is taken whatever its name. Outputs keep the
+ * are not followed, which rules out cycles; a file of an ambiguous extension such as `.json` is
+ * taken only if its content looks like that format, so `config.json` beside the weights is
+ * ignored, not failed); a file given by name is taken whatever its name and content. Outputs keep the
  * layout relative to the folder given, with the output format's extension.
  */
 export async function planBatch(
@@ -142,8 +148,9 @@ export async function planBatch(
   outDir: string,
   to: TensorFormat,
   formats: readonly TensorFormat[] = FORMATS,
-): Promise<{ planned: BatchJob[]; problems: BatchSummary["failed"] }> {
+): Promise<{ planned: BatchJob[]; problems: BatchSummary["failed"]; ignored: string[] }> {
   const planned: BatchJob[] = [];
+  const ignored: string[] = [];
   const problems: BatchSummary["failed"] = [];
   const outputs = new Map<string, string>();
   const outRoot = resolve(outDir);
@@ -175,9 +182,12 @@ export async function planBatch(
       add(input, basename(input));
       continue;
     }
-    for (const file of await walk(input, outRoot, formats)) add(file, relative(input, file));
+    for (const file of await walk(input, outRoot, formats)) {
+      if (await looksLikeItsFormat(file, formats)) add(file, relative(input, file));
+      else ignored.push(file);
+    }
   }
-  return { planned, problems };
+  return { planned, problems, ignored };
 }
 
 async function walk(dir: string, outRoot: string, formats: readonly TensorFormat[]): Promise<string[]> {
@@ -195,6 +205,22 @@ async function walk(dir: string, outRoot: string, formats: readonly TensorFormat
     }
   }
   return files;
+}
+
+/** False for a file whose format's extension is ambiguous and whose first bytes are not that format. */
+async function looksLikeItsFormat(path: string, formats: readonly TensorFormat[]): Promise<boolean> {
+  const format = formatByExtension(path, formats);
+  if (format?.ambiguousExtension !== true || format.sniff === undefined) return true;
+  try {
+    const source = await openFileSource(path);
+    try {
+      return format.sniff(await readHead(source));
+    } finally {
+      await source.close();
+    }
+  } catch {
+    return true; // unreadable: let the conversion attempt report why
+  }
 }
 
 /** `a/b.npz` → `a/b.safetensors`: the known input extension replaced, or the output's appended. */

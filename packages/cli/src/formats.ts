@@ -35,8 +35,8 @@ export function formatByExtension(path: string, formats: readonly TensorFormat[]
   return best;
 }
 
-/** Bytes read to recognise a file by its content. */
-const SNIFF_BYTES = 64;
+/** Bytes read to recognise a file by its content (a JSON tensor name can be long). */
+export const SNIFF_BYTES = 4096;
 
 /**
  * The format of an input: `--from` if given, else its extension, else its first bytes.
@@ -46,12 +46,17 @@ export async function detectInputFormat(source: ByteSource, from?: string, forma
   if (from !== undefined) return formatByName(from, formats);
   const byExtension = source.name === undefined ? undefined : formatByExtension(source.name, formats);
   if (byExtension !== undefined) return byExtension;
-  const head = await source.read(0, Math.min(SNIFF_BYTES, source.size));
+  const head = await readHead(source);
   const sniffed = formats.find((f) => f.sniff?.(head) === true);
   if (sniffed !== undefined) return sniffed;
   throw new StConvertError("UnknownFormat", `cannot tell the format from the name or the content; pass --from (${formats.map((f) => f.name).join(", ")})`, {
     file: source.name,
   });
+}
+
+/** The first {@link SNIFF_BYTES} of a source (fewer if it is shorter). */
+export async function readHead(source: ByteSource): Promise<Uint8Array> {
+  return source.read(0, Math.min(SNIFF_BYTES, source.size));
 }
 
 /**

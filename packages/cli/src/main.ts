@@ -297,6 +297,7 @@ function batchReport(summary: BatchSummary, quiet: boolean): string {
   }
   for (const job of summary.failed) lines.push(`  failed: ${job.message}`);
   const total = summary.converted.length + summary.skipped.length + summary.failed.length;
+  if (!quiet && summary.ignored.length > 0) lines.push(`  ignored ${summary.ignored.length} file(s) whose content is not a tensor file (e.g. ${summary.ignored[0]})`);
   const verb = summary.dryRun ? "would convert" : "converted";
   lines.push(
     `st-convert: ${verb} ${summary.converted.length}, skipped ${summary.skipped.length}, failed ${summary.failed.length} (of ${total} files)${summary.stopped ? "; stopped before the end" : ""}`,

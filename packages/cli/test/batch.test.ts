@@ -124,6 +124,20 @@ describe("batch conversion", () => {
     expect(report.tensors).toHaveLength(5);
   });
 
+  it("ignores JSON files in a folder that are not tensor JSON (config.json), but converts tensor JSON", () => {
+    const root = join(dir, "model");
+    mkdirSync(root);
+    writeFileSync(join(root, "config.json"), JSON.stringify({ architectures: ["LlamaForCausalLM"], hidden_size: 8 }));
+    writeFileSync(join(root, "tokenizer.json"), JSON.stringify({ version: "1.0", model: { type: "BPE" } }));
+    writeFileSync(join(root, "weights.json"), JSON.stringify({ w: { dtype: "F32", shape: [2], data: [1.5, "NaN"] } }));
+    const run = runCli([root, "--out-dir", join(dir, "out"), "--to", "safetensors"]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(listFiles(join(dir, "out"))).toEqual(["weights.safetensors"]);
+    expect(run.stderr).toMatch(/ignored 2 file\(s\) whose content is not a tensor file/);
+    // Named explicitly, a non-tensor JSON is attempted and refused.
+    expect(runCli([join(root, "config.json"), "--out-dir", join(dir, "out2"), "--to", "safetensors"]).status).toBe(1);
+  });
+
   it("--out-dir without --to, or --jobs without --out-dir, is a usage error", () => {
     expect(runCli([mixed, "--out-dir", dir]).status).toBe(2);
     expect(runCli([mixed, join(dir, "x.safetensors"), "--jobs", "2"]).status).toBe(2);

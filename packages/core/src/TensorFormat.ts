@@ -43,6 +43,11 @@ export interface TensorFormat {
   readonly extensions: readonly string[];
   /** Options this format understands. */
   readonly options?: readonly FormatOption[];
+  /**
+   * True when files with this format's extensions are often something else (`.json`: configs,
+   * tokenizers). Folder walks then take such a file only when `sniff` accepts its first bytes.
+   */
+  readonly ambiguousExtension?: boolean;
   /** True when the first bytes of a file look like this format (used when the extension says nothing). */
   sniff?(head: Uint8Array): boolean;
   /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */

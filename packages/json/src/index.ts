@@ -10,6 +10,7 @@ export {
   jsonFormat,
   readTensorJson,
   serializeTensorJson,
+  sniffTensorJson,
   writeTensorJson,
 } from "./tensorJson.js";
 export { type JsonErrorCode, MAX_JSON_DEPTH, MAX_JSON_HEADER_SIZE, MAX_NUMBER_LENGTH } from "./scanTensorJson.js";

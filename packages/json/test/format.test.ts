@@ -11,17 +11,24 @@ import { validate } from "./validateSchema.js";
 const schema = JSON.parse(readFileSync(createRequire(import.meta.url).resolve("@st-convert/json/schema.json"), "utf8"));
 
 describe("jsonFormat", () => {
-  it("is called json, takes .json and declares --base64 for writing", () => {
+  it("is called json, takes .json (an ambiguous extension) and declares --base64 for writing", () => {
+    expect(jsonFormat.ambiguousExtension).toBe(true);
     expect(jsonFormat.name).toBe("json");
     expect(jsonFormat.extensions).toEqual([".json"]);
     expect(jsonFormat.options).toEqual([expect.objectContaining({ name: "base64", type: "boolean", multiple: false, appliesTo: "write" })]);
   });
 
   it.each([
-    ['{"w": {}}', true],
+    ['{"w": {"dtype": "F32", "shape": [], "data": 1}}', true],
+    ['{"w": {"data_base64": "", "dtype": "U8", "shape": [0]}}', true],
     ["  \n{\n  \"__metadata__\": {}}", true],
-    ["{}", true],
-    ["\ufeff{ \"a\"", true],
+    ['\ufeff{ "a.b\\"c": { "shape"', true],
+    ['{"a": {', true], // cut by the head's end after the value opens: may be a tensor
+    ['{"w": {}}', false],
+    ["{}", false],
+    ['{"architectures": ["LlamaForCausalLM"], "hidden_size": 8}', false],
+    ['{"version": "1.0", "model": {"type": "BPE"}}', false],
+    ['{"all.safetensors": {"metadata": null}}', false],
     ["[1, 2]", false],
     ["{1: 2}", false],
     ["\u0008\u0000\u0000\u0000\u0000\u0000\u0000\u0000{}", false],
