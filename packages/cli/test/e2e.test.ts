@@ -44,6 +44,28 @@ describe("installed from the packed tarballs", () => {
     expect(run.stdout).toContain("st-convert <input> <output>");
   });
 
+  it("npx st-convert in.npz out.safetensors gives the reference's bytes, and info reads every format", () => {
+    copyFileSync(fixturePath("npy", "sample_model.npz"), join(app, "in.npz"));
+    const run = npx("in.npz", "from-npz.safetensors");
+    expect(run.status, run.stderr).toBe(0);
+    for (const [file, format] of [["from-npz.msgpack", "flax"], ["from-npz.json", "json"], ["from-npz.npz", "npz"]] as const) {
+      expect(npx("from-npz.safetensors", file).status).toBe(0);
+      const info = JSON.parse(npx("info", file, "--json").stdout) as { format: string; tensors: unknown[] };
+      expect(info).toMatchObject({ format });
+      expect(info.tensors).toHaveLength(8);
+    }
+    const table = npx("info", "in.npz");
+    expect(table.stdout).toMatch(/8 tensors, 1,705 parameters/);
+    const python = referencePython();
+    if (python !== undefined) {
+      // The reference pipeline: np.load + safetensors.numpy.save, byte for byte.
+      const theirs = join(app, "reference.safetensors");
+      writeFileSync(join(app, "jobs.json"), JSON.stringify([{ in: join(app, "in.npz"), out: theirs }]));
+      runPython(python, "reference_npy.py", ["to_safetensors", join(app, "jobs.json")]);
+      expect(readFileSync(join(app, "from-npz.safetensors")).equals(readFileSync(theirs))).toBe(true);
+    }
+  });
+
   it("converts a file and lists it with info", () => {
     copyFileSync(fixturePath("safetensors", "mixed.safetensors"), join(app, "in.safetensors"));
     const run = npx("in.safetensors", "out.safetensors");
@@ -64,12 +86,29 @@ describe("installed from the packed tarballs", () => {
     mkdirSync(join(folder, "a"), { recursive: true });
     copyFileSync(fixturePath("safetensors", "mixed.safetensors"), join(folder, "a", "m.safetensors"));
     copyFileSync(fixturePath("safetensors", "all_dtypes.safetensors"), join(folder, "all.safetensors"));
+    copyFileSync(fixturePath("npy", "sample_model.npz"), join(folder, "a", "numpy.npz"));
+    copyFileSync(fixturePath("npy", "dtype_f32_be.npy"), join(folder, "big_endian.npy"));
+    writeFileSync(join(folder, "config.json"), JSON.stringify({ hidden_size: 8 }));
     writeFileSync(join(folder, "broken.safetensors"), safetensorsFile('{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,8]}}', 8));
     const run = npx("checkpoints", "--out-dir", "converted", "--to", "safetensors");
     expect(run.status).toBe(1);
     expect(run.stderr).toMatch(/failed: .*broken\.safetensors: tensor "w"/);
-    expect(run.stderr).toMatch(/converted 2, skipped 0, failed 1/);
-    expect(readdirSync(join(app, "converted"), { recursive: true }).map(String).sort()).toEqual(["a", "a/m.safetensors", "all.safetensors"]);
+    expect(run.stderr).toMatch(/converted 4, skipped 0, failed 1/);
+    expect(readdirSync(join(app, "converted"), { recursive: true }).map(String).sort()).toEqual([
+      "a",
+      "a/m.safetensors",
+      "a/numpy.safetensors",
+      "all.safetensors",
+      "big_endian.safetensors",
+    ]);
+    const python = referencePython();
+    if (python !== undefined) {
+      const views = runPython(python, "reference_safetensors.py", ["read", ...["a/m", "a/numpy", "all", "big_endian"].map((f) => join(app, "converted", `${f}.safetensors`))])
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as { ok: boolean });
+      expect(views.every((v) => v.ok)).toBe(true);
+    }
   });
 
   it("the library API imports from the installed package", () => {
