@@ -19,6 +19,12 @@ export interface TensorInfo {
 export interface ChunkOptions {
   /** Largest chunk, in bytes. Default {@link DEFAULT_CHUNK_SIZE}. */
   chunkSize?: number;
+  /**
+   * The consumer is done with each chunk by the time it asks for the chunk two after it, so a
+   * reader may recycle chunk memory (see `ReadRangeOptions.reuse`). Readers may ignore it.
+   * Default false.
+   */
+  reuse?: boolean;
 }
 
 /** A tensor whose bytes can be pulled. */

@@ -11,6 +11,7 @@ export {
   blobSource,
   bytesSource,
   checkRange,
+  type ReadRangeOptions,
   readRange,
   toByteSource,
 } from "./ByteSource.js";

@@ -38,26 +38,29 @@ export async function openFileSource(path: string): Promise<FileSource> {
     name: path,
     size,
     async read(offset, length) {
-      checkRange(source, offset, length);
-      const buffer = Buffer.allocUnsafe(length);
+      // A plain Uint8Array, not a Buffer: consumers may call slice() expecting a copy, which on a
+      // Buffer is a view.
+      const bytes = new Uint8Array(length);
+      await source.readInto!(offset, bytes);
+      return bytes;
+    },
+    async readInto(offset, target) {
+      checkRange(source, offset, target.byteLength);
       let filled = 0;
-      while (filled < length) {
+      while (filled < target.byteLength) {
         let bytesRead: number;
         try {
-          ({ bytesRead } = await handle.read(buffer, filled, length - filled, offset + filled));
+          ({ bytesRead } = await handle.read(target, filled, target.byteLength - filled, offset + filled));
         } catch (error) {
           throw ioError(error, path, "read failed");
         }
         if (bytesRead === 0) {
-          throw new StConvertError("UnexpectedEof", `the file ended at byte ${offset + filled} while ${offset + length} were expected (was it truncated while being read?)`, {
+          throw new StConvertError("UnexpectedEof", `the file ended at byte ${offset + filled} while ${offset + target.byteLength} were expected (was it truncated while being read?)`, {
             file: path,
           });
         }
         filled += bytesRead;
       }
-      // A plain Uint8Array over the same memory: consumers may call slice() expecting a copy,
-      // which on a Buffer is a view.
-      return new Uint8Array(buffer.buffer, buffer.byteOffset, length);
     },
     async close() {
       await handle.close();

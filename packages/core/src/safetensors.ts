@@ -184,7 +184,7 @@ function fileTensor(
     shape: t.shape,
     byteLength: t.end - t.begin,
     dataOffsets: [t.begin, t.end],
-    chunks: ({ chunkSize = DEFAULT_CHUNK_SIZE }: ChunkOptions = {}) => readRange(source, dataStart + t.begin, t.end - t.begin, chunkSize),
+    chunks: (options: ChunkOptions = {}) => readRange(source, dataStart + t.begin, t.end - t.begin, options),
   };
 }
 
@@ -292,7 +292,8 @@ export async function writeSafetensors(
  * @throws StConvertError `ByteLengthMismatch`.
  */
 export async function pipeTensor(tensor: TensorEntry, sink: ByteSink, chunkSize = DEFAULT_CHUNK_SIZE): Promise<void> {
-  const chunks = tensor.chunks({ chunkSize })[Symbol.asyncIterator]();
+  // reuse: each chunk is written (and the sink keeps no reference) before the one after next is asked for.
+  const chunks = tensor.chunks({ chunkSize, reuse: true })[Symbol.asyncIterator]();
   let written = 0;
   let next = chunks.next();
   try {

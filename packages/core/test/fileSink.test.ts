@@ -82,3 +82,30 @@ describe("file source", () => {
     await expect(openFileSource(dir)).rejects.toMatchObject({ code: "Io" });
   });
 });
+
+describe("readRange", () => {
+  it("delivers the same bytes with and without buffer reuse, and reuses a ring of three buffers", async () => {
+    const { readRange } = await import("@st-convert/core");
+    const path = join(dir, "in.bin");
+    const bytes = Uint8Array.from({ length: 1000 }, (_, i) => (i * 7) & 0xff);
+    writeFileSync(path, bytes);
+    const source = await openFileSource(path);
+    try {
+      const fresh: Uint8Array[] = [];
+      for await (const chunk of readRange(source, 3, 990, { chunkSize: 64 })) fresh.push(chunk);
+      const copies: number[] = [];
+      const buffers: ArrayBufferLike[] = [];
+      for await (const chunk of readRange(source, 3, 990, { chunkSize: 64, reuse: true })) {
+        copies.push(...chunk); // consumed before the next is asked for, as the contract requires
+        buffers.push(chunk.buffer);
+      }
+      expect(Uint8Array.from(copies)).toEqual(bytes.subarray(3, 993));
+      expect(Uint8Array.from(fresh.flatMap((c) => [...c]))).toEqual(bytes.subarray(3, 993));
+      expect(new Set(buffers).size).toBe(3);
+      expect(buffers[0]).toBe(buffers[3]);
+      expect(new Set(fresh.map((c) => c.buffer)).size).toBe(fresh.length);
+    } finally {
+      await source.close();
+    }
+  });
+});

@@ -645,8 +645,9 @@ function sourceTensor(source: ByteSource, name: string, dtype: Dtype, shape: rea
     shape: [...shape],
     byteLength,
     ranges,
-    async *chunks({ chunkSize = DEFAULT_CHUNK_SIZE }: ChunkOptions = {}) {
-      for (const [offset, length] of ranges) yield* readRange(source, offset, length, chunkSize);
+    async *chunks({ chunkSize = DEFAULT_CHUNK_SIZE, reuse = false }: ChunkOptions = {}) {
+      // Each range has its own buffers, so reuse holds across the switch from one range to the next.
+      for (const [offset, length] of ranges) yield* readRange(source, offset, length, { chunkSize, reuse });
     },
   };
 }

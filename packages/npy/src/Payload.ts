@@ -2,7 +2,7 @@
  * The bytes of one npy file, wherever they live: a whole file, a stored zip member (random
  * access, CRC-checked) or a deflated one (forward only, inflated on the fly, CRC-checked).
  */
-import { type ByteSource, StConvertError, checkRange } from "@st-convert/core";
+import { type ByteSource, type ReadRangeOptions, StConvertError, readRange } from "@st-convert/core";
 import type { RangeReader } from "./fortranToC.js";
 
 /** One npy file's bytes. */
@@ -12,13 +12,14 @@ export interface Payload {
   /** The first `min(length, size)` bytes. */
   head(length: number): Promise<Uint8Array>;
   /**
-   * Bytes `[offset, offset + length)`, in chunks of exactly `chunkSize` bytes but the last. After
-   * the last chunk, whatever remains is read too when the container has an integrity check
-   * (a member's CRC and size), which is then verified. Chunks may be views of memory the payload
-   * owns: copy before modifying.
+   * Bytes `[offset, offset + length)`, in chunks of exactly `chunkSize` bytes but the last
+   * (`ReadRangeOptions`; `reuse` is honoured where the bytes pass through unchanged). After the
+   * last chunk, whatever remains is read too when the container has an integrity check (a member's
+   * CRC and size), which is then verified. Chunks may be views of memory the payload owns: copy
+   * before modifying.
    * @throws StConvertError `UnexpectedEof` past the end; a container's integrity error.
    */
-  range(offset: number, length: number, chunkSize: number): AsyncGenerator<Uint8Array>;
+  range(offset: number, length: number, options: ReadRangeOptions & { chunkSize: number }): AsyncGenerator<Uint8Array>;
   /** Random access when the container allows it (a file, a stored member); undefined for a deflated member. */
   readonly random: ((offset: number, length: number) => Promise<Uint8Array>) | undefined;
   /** Verifies the container's integrity check over all the bytes (a full pass for a zip member; nothing for a file). */
@@ -30,34 +31,10 @@ export function sourcePayload(source: ByteSource): Payload {
   return {
     size: source.size,
     head: (length) => source.read(0, Math.min(length, source.size)),
-    range: (offset, length, chunkSize) => readAhead(source, offset, length, chunkSize),
+    range: (offset, length, options) => readRange(source, offset, length, options),
     random: (offset, length) => source.read(offset, length),
     verify: async () => {},
   };
-}
-
-/**
- * `[offset, offset + length)` of a source in chunks of `chunkSize` (the last may be shorter), the
- * next read always in flight while the consumer works on the current chunk (a CRC, a byte swap),
- * so that reading and computing overlap.
- * @throws StConvertError `UnexpectedEof` (and what the source throws).
- */
-export async function* readAhead(source: ByteSource, offset: number, length: number, chunkSize: number): AsyncGenerator<Uint8Array> {
-  checkRange(source, offset, length);
-  const end = offset + length;
-  const read = (at: number) => source.read(at, Math.min(chunkSize, end - at));
-  let next = offset < end ? read(offset) : undefined;
-  try {
-    for (let at = offset; at < end; at += chunkSize) {
-      const chunk = await next!;
-      next = at + chunkSize < end ? read(at + chunkSize) : undefined;
-      next?.catch(() => {});
-      yield chunk;
-    }
-  } finally {
-    // A read still in flight when the consumer stops is awaited, so none outlives the generator.
-    await next?.catch(() => {});
-  }
 }
 
 /**

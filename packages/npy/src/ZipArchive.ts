@@ -10,10 +10,10 @@
  * numpy opens every member with `force_zip64=True`, so local headers carry sizes 0xFFFFFFFF and a
  * ZIP64 extra field while the central directory holds the real 32-bit values (formats.md §2.6).
  */
-import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError } from "@st-convert/core";
+import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, readRange } from "@st-convert/core";
 import { settleAll } from "./settleAll.js";
 import type { Codec } from "./Codec.js";
-import { type Payload, readAhead } from "./Payload.js";
+import type { Payload } from "./Payload.js";
 
 /**
  * Largest central directory read, in bytes. 64 MiB lists more than a million members; a larger
@@ -321,16 +321,17 @@ function checkRangeOf(member: ZipMember, offset: number, length: number): void {
 
 function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Payload {
   const crcOf = async (offset: number, length: number, crc: number): Promise<number> => {
-    for await (const chunk of readAhead(source, member.dataOffset + offset, length, DEFAULT_CHUNK_SIZE)) crc = codec.crc32(chunk, crc);
+    // reuse: each chunk is folded into the CRC before the next is asked for.
+    for await (const chunk of readRange(source, member.dataOffset + offset, length, { reuse: true })) crc = codec.crc32(chunk, crc);
     return crc;
   };
   return {
     size: member.size,
     head: (length) => source.read(member.dataOffset, Math.min(length, member.size)),
-    async *range(offset, length, chunkSize) {
+    async *range(offset, length, options) {
       checkRangeOf(member, offset, length);
       let crc = await crcOf(0, offset, 0);
-      for await (const chunk of readAhead(source, member.dataOffset + offset, length, chunkSize)) {
+      for await (const chunk of readRange(source, member.dataOffset + offset, length, options)) {
         crc = codec.crc32(chunk, crc);
         yield chunk;
       }
@@ -354,7 +355,7 @@ function deflatedPayload(source: ByteSource, member: ZipMember, codec: Codec): P
   async function* inflate(inputChunk: number, outputChunk: number, check: boolean): AsyncGenerator<Uint8Array> {
     let produced = 0;
     let crc = 0;
-    for await (const chunk of codec.inflateRaw(readAhead(source, member.dataOffset, member.compressedSize, inputChunk), { chunkSize: outputChunk })) {
+    for await (const chunk of codec.inflateRaw(readRange(source, member.dataOffset, member.compressedSize, { chunkSize: inputChunk }), { chunkSize: outputChunk })) {
       produced += chunk.byteLength;
       if (produced > member.size) {
         throw new StConvertError("MemberSizeMismatch", `${where} inflates past the ${member.size} bytes it declares (a possible zip bomb)`);
@@ -387,7 +388,7 @@ function deflatedPayload(source: ByteSource, member: ZipMember, codec: Codec): P
       headCache = concat(parts, have);
       return headCache.subarray(0, Math.min(want, have));
     },
-    async *range(offset, length, chunkSize) {
+    async *range(offset, length, { chunkSize }) {
       checkRangeOf(member, offset, length);
       let position = 0;
       let pending: Uint8Array[] = [];

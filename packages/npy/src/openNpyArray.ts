@@ -72,8 +72,9 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
   const fortran = header.fortranOrder && shape.filter((d) => d !== 1).length > 1 && byteLength > 0;
   const slabSize = options.fortranSlabSize ?? FORTRAN_SLAB_SIZE;
 
-  async function* stored(block: number): AsyncGenerator<Uint8Array> {
-    for await (const chunk of payload.range(dataOffset, byteLength, block)) {
+  async function* stored(block: number, reuse: boolean): AsyncGenerator<Uint8Array> {
+    // reuse passes through: a swapped chunk is a copy made before the next is asked for.
+    for await (const chunk of payload.range(dataOffset, byteLength, { chunkSize: block, reuse })) {
       if (swapUnit <= 1) {
         yield chunk;
         continue;
@@ -97,7 +98,8 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
       await payload.verify();
       return;
     }
-    const cursor = new StreamCursor(() => payload.range(dataOffset, byteLength, CURSOR_CHUNK));
+    // No reuse: the cursor keeps chunks across its reads.
+    const cursor = new StreamCursor(() => payload.range(dataOffset, byteLength, { chunkSize: CURSOR_CHUNK }));
     try {
       for await (const chunk of fortranToC(cursor, shape, itemSize, { slabSize, chunkSize: block })) {
         swapBytesInPlace(chunk, swapUnit);
@@ -114,12 +116,12 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
     dtype,
     shape,
     byteLength,
-    async *chunks({ chunkSize = DEFAULT_CHUNK_SIZE } = {}) {
+    async *chunks({ chunkSize = DEFAULT_CHUNK_SIZE, reuse = false } = {}) {
       if (!Number.isSafeInteger(chunkSize) || chunkSize < 1) throw new StConvertError("InvalidArgument", `chunkSize must be a positive integer, got ${chunkSize}`);
       // Whole elements per chunk, so that a byte swap never straddles two chunks.
       const block = chunkSize >= itemSize ? chunkSize - (chunkSize % itemSize) : itemSize;
       try {
-        for await (const chunk of fortran ? repacked(block) : stored(block)) {
+        for await (const chunk of fortran ? repacked(block) : stored(block, reuse)) {
           if (chunk.byteLength <= chunkSize) yield chunk;
           else for (let at = 0; at < chunk.byteLength; at += chunkSize) yield chunk.subarray(at, at + chunkSize);
         }
