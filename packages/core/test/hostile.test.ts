@@ -1,6 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { isStConvertError, readSafetensors } from "@st-convert/core";
-import { safetensorsHeader as header, safetensorsHostileCases as hostileCases, safetensorsFile, safetensorsEntry as t } from "@st-convert/testing";
+import {
+  recordHostileCases,
+  safetensorsHeader as header,
+  safetensorsHostileCases as hostileCases,
+  safetensorsFile,
+  safetensorsEntry as t,
+} from "@st-convert/testing";
+
+recordHostileCases("safetensors", ".safetensors", hostileCases);
 
 describe("hostile safetensors files", () => {
   it.each(hostileCases)("%s", async (_attack, file, expected) => {

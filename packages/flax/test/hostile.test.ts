@@ -7,6 +7,10 @@ import { type ByteSource, isStConvertError, readTensorBytes } from "@st-convert/
 import { type FlaxReadOptions, MAX_DEPTH, readFlax } from "@st-convert/flax";
 import { dims, hostileCases as cases, nest, pieces } from "./hostileCases.js";
 import { arr, cat, ext, f32, map, ndarray, str } from "./msgpackBytes.js";
+import { recordHostileCases } from "@st-convert/testing";
+
+// Cases that need non-default options test an overridden limit, not the command's behaviour.
+recordHostileCases("flax", ".msgpack", cases.filter(([, , , , options]) => options === undefined));
 
 /** A source that records every read, to check that nothing big is requested. */
 function recording(bytes: Uint8Array): { source: ByteSource; reads: [number, number][] } {

@@ -6,6 +6,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { isStConvertError, readTensorBytes } from "@st-convert/core";
 import { MAX_JSON_DEPTH, readTensorJson } from "@st-convert/json";
+import { recordHostileCases } from "@st-convert/testing";
 import { failure, readAll, utf8 } from "./helpers.js";
 
 const t = (body: string, name = "w") => `{"${name}": ${body}}`;
@@ -106,6 +107,8 @@ const cases: [string, string | Uint8Array, string, string][] = [
   ["number longer than the limit", t(`{"dtype": "F64", "shape": [1], "data": [1${"0".repeat(5000)}]}`), "LimitExceeded", "a number longer than 4096 characters"],
   ["nesting past the depth limit", t(`{"dtype": "U8", "shape": [${Array(200).fill(1).join(", ")}], "data": ${"[".repeat(200)}1${"]".repeat(200)}}`), "LimitExceeded", `nesting deeper than ${MAX_JSON_DEPTH} levels`],
 ];
+
+recordHostileCases("json", ".json", cases.map(([attack, doc, code]) => [attack, typeof doc === "string" ? utf8.encode(doc) : doc, code] as const));
 
 describe("refusals", () => {
   it.each(cases)("%s", async (_attack, doc, code, message) => {

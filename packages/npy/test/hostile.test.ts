@@ -10,6 +10,7 @@ import { MemorySink, type TensorSource, bytesSource, isStConvertError, tensorFro
 import { readNpy, readNpz, writeNpz } from "@st-convert/npy";
 import { npyFile, smallNpy, zipOf } from "./build.js";
 import { hostileNpy } from "./hostileNpy.js";
+import { recordHostileCases } from "@st-convert/testing";
 
 /** Reads everything (headers, then every tensor's bytes) and returns the error, if any. */
 async function attempt(bytes: Uint8Array, kind: "npy" | "npz", options: Record<string, unknown> = {}): Promise<unknown> {
@@ -55,8 +56,7 @@ describe("hostile npy", () => {
 const npy = smallNpy();
 const member = (over: Partial<Parameters<typeof zipOf>[0][number]> = {}) => ({ name: "a.npy", content: npy, ...over });
 
-describe("hostile npz", () => {
-  it.each([
+const hostileNpz: [string, Uint8Array, string][] = [
     ["a file too short to be a zip", new Uint8Array(10), "BadZipFile"],
     ["random bytes", Uint8Array.from({ length: 5000 }, (_, i) => (i * 7919) % 251), "BadZipFile"],
     ["an archive cut in its central directory", zipOf([member()], { truncateTo: npy.byteLength + 60 }), "BadZipFile"],
@@ -83,7 +83,13 @@ describe("hostile npz", () => {
     ["two members with the same tensor name", zipOf([member(), member({ name: "a" })]), "DuplicateKey"],
     ["a member whose npy is truncated", zipOf([member({ content: npy.subarray(0, npy.byteLength - 3) })]), "UnexpectedEof"],
     ["a member whose npy header calls code", zipOf([member({ content: npyFile(header("'descr': eval('1'), 'fortran_order': False, 'shape': ()"), 4) })]), "InvalidHeader"],
-  ])("refuses %s", async (_attack, bytes, code) => {
+  ];
+
+recordHostileCases("npy", ".npy", hostileNpy);
+recordHostileCases("npz", ".npz", hostileNpz);
+
+describe("hostile npz", () => {
+  it.each(hostileNpz)("refuses %s", async (_attack, bytes, code) => {
     await refused(bytes, "npz", code);
   });
 

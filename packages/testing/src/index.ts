@@ -133,3 +133,4 @@ export function runReadmeSynopsis(packageDir: string): string {
   }
 }
 export { FUZZ_INPUT_TIMEOUT_MS, type FuzzTarget, fuzzReader, fuzzRuns, fuzzSeed } from "./fuzz.js";
+export { type HostileCorpusEntry, recordHostileCases } from "./hostileCorpus.js";
