@@ -6,7 +6,7 @@ import { copyFileSync, readFileSync, readdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { readSafetensors, readTensorBytes, serializeSafetensors, tensorFromBytes } from "@st-convert/core";
-import { fixturePath, makeTempDir, runCli, toHex } from "@st-convert/testing";
+import { fixturePath, makeTempDir, runCli, toHex, expectOneLineRefusal as oneLineRefusal } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -28,15 +28,6 @@ async function safetensorsView(path: string) {
   return { metadata: file.metadata, tensors: tensors.sort((a, b) => (a.name < b.name ? -1 : 1)) };
 }
 
-function oneLineRefusal(args: string[], code: string): string {
-  const run = runCli(args);
-  expect(run.status).toBe(1);
-  const lines = run.stderr.trimEnd().split("\n");
-  expect(lines).toHaveLength(1);
-  expect(lines[0]).toContain(`[${code}]`);
-  expect(lines[0]).not.toMatch(/\bat .*\.js:\d+/);
-  return lines[0]!;
-}
 
 describe("st-convert flax -> safetensors", () => {
   it.each(Object.entries(manifest))("%s: the tensors msgpack_restore gives, as safetensors", async (name, expected) => {

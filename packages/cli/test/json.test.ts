@@ -6,7 +6,7 @@
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { fixturePath, makeTempDir, runCli } from "@st-convert/testing";
+import { fixturePath, makeTempDir, runCli, expectOneLineRefusal as oneLineRefusal } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -15,16 +15,6 @@ afterEach(() => cleanup());
 
 const goldens = readdirSync(fixturePath("safetensors")).filter((f) => f.endsWith(".safetensors"));
 
-function oneLineRefusal(args: string[], code: string): string {
-  const run = runCli(args);
-  expect(run.status).toBe(1);
-  expect(run.stdout).toBe("");
-  const lines = run.stderr.trimEnd().split("\n");
-  expect(lines).toHaveLength(1);
-  expect(lines[0]).toContain(`[${code}]`);
-  expect(lines[0]).not.toMatch(/\bat .*\.js:\d+/);
-  return lines[0]!;
-}
 
 describe("st-convert safetensors -> json -> safetensors", () => {
   it.each(goldens.flatMap((f) => [[f, "values"], [f, "base64"]]))("%s (%s) comes back byte-identical", (name, form) => {

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { readSafetensors, readTensorBytes } from "@st-convert/core";
 import { readNpy, readNpz } from "@st-convert/npy";
-import { fixturePath, makeTempDir, runCli, toHex } from "@st-convert/testing";
+import { fixturePath, makeTempDir, runCli, toHex, expectOneLineRefusal as oneLineRefusal } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -29,16 +29,6 @@ async function view(path: string) {
   return { metadata: file.metadata === null ? null : { ...file.metadata }, tensors: tensors.sort((a, b) => (a.name < b.name ? -1 : 1)) };
 }
 
-function oneLineRefusal(args: string[], code: string): string {
-  const run = runCli(args);
-  expect(run.status, run.stderr).toBe(1);
-  expect(run.stdout).toBe("");
-  const lines = run.stderr.trimEnd().split("\n");
-  expect(lines).toHaveLength(1);
-  expect(lines[0]).toContain(`[${code}]`);
-  expect(lines[0]).not.toMatch(/\bat .*\.js:\d+/);
-  return lines[0]!;
-}
 
 const convertible = Object.entries(manifest).filter(([name, e]) => e.expect.tensors !== undefined && (name.endsWith(".npz") || e.expect.tensors.length === 1));
 

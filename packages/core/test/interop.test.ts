@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { DTYPES, type Dtype, type TensorEntry, dtypeInfo, readSafetensors, readTensorBytes, serializeSafetensors, tensorByteLength, tensorFromBytes } from "@st-convert/core";
-import { describeInterop, makeTempDir, runPython, toHex } from "@st-convert/testing";
+import { describeInterop, makeTempDir, pseudoRandomBytes as bytesFor, runPython, toHex } from "@st-convert/testing";
 import { STRICTER_THAN_REFERENCE, safetensorsHostileCases as hostileCases } from "@st-convert/testing";
 
 interface ReferenceView {
@@ -20,18 +20,6 @@ interface ReferenceView {
 
 const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
 
-/** Deterministic pseudo-random bytes. */
-function bytesFor(seed: number, length: number): Uint8Array {
-  const out = new Uint8Array(length);
-  let x = (seed * 2654435761) >>> 0 || 1;
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
 
 function tensorSet(seed: number, dtypes: readonly Dtype[]): TensorEntry[] {
   return dtypes.map((dtype, i) => {

@@ -6,21 +6,12 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type ByteSink, DTYPES, type Dtype, type TensorEntry, isStConvertError, readTensorBytes, tensorByteLength, tensorFromBytes } from "@st-convert/core";
 import { type FlaxWriteOptions, MAX_DEPTH, readFlax, serializeFlax, writeFlax } from "@st-convert/flax";
-import { fuzzRuns, fuzzSeed, toHex } from "@st-convert/testing";
+import { errorCode as code, fuzzRuns, fuzzSeed, toHex } from "@st-convert/testing";
 import { cat, map, str } from "./msgpackBytes.js";
 
 const u8 = (name: string, ...bytes: number[]) => tensorFromBytes({ name, dtype: "U8", shape: [bytes.length] }, Uint8Array.from(bytes));
 const write = (tensors: TensorEntry[], options?: FlaxWriteOptions) => serializeFlax({ metadata: null, tensors }, options);
 
-async function code(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return "ok";
-  } catch (error) {
-    if (!isStConvertError(error)) throw error;
-    return error.code;
-  }
-}
 
 /** A tensor whose chunks are produced on demand, in runs of `run` bytes, `total` bytes in all. */
 function lazyTensor(name: string, total: number, run: number, declared = total): TensorEntry {

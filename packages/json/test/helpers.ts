@@ -11,22 +11,11 @@ import {
   tensorFromBytes,
 } from "@st-convert/core";
 import { type TensorJsonReadOptions, type TensorJsonWriteOptions, readTensorJson, serializeTensorJson } from "@st-convert/json";
+import { pseudoRandomBytes as bytesFor } from "@st-convert/testing";
 
 export const utf8 = new TextEncoder();
 export const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
 
-/** Deterministic pseudo-random bytes (xorshift32). */
-export function bytesFor(seed: number, length: number): Uint8Array {
-  const out = new Uint8Array(length);
-  let x = (seed * 2654435761) >>> 0 || 1;
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
 
 export function tensor(name: string, dtype: Dtype, shape: number[], bytes?: Uint8Array): TensorEntry {
   return tensorFromBytes({ name, dtype, shape }, bytes ?? bytesFor(name.length + shape.length, tensorByteLength(dtype, shape)));
@@ -56,16 +45,6 @@ export async function readAll(json: Uint8Array | string, options: TensorJsonRead
   return { metadata: file.metadata === null ? null : { ...file.metadata }, tensors };
 }
 
-/** The code of the StConvertError a promise rejects with, "ok" if it resolves; other errors propagate. */
-export async function outcome(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return "ok";
-  } catch (error) {
-    if (!isStConvertError(error)) throw error;
-    return error.code;
-  }
-}
 
 /** The StConvertError a promise rejects with. */
 export async function failure(promise: Promise<unknown>): Promise<{ code: string; message: string; tensor: string | undefined }> {
@@ -98,3 +77,6 @@ export class CountingSink implements ByteSink {
     return out;
   }
 }
+
+export { bytesFor };
+export { errorCode as outcome } from "@st-convert/testing";

@@ -23,7 +23,7 @@ import {
   tensorFromBytes,
 } from "@st-convert/core";
 import { type NpzWriteOptions, readNpy, readNpz, writeNpy, writeNpz } from "@st-convert/npy";
-import { describeInterop, fixturePath, makeTempDir, runPython, toHex } from "@st-convert/testing";
+import { describeInterop, fixturePath, makeTempDir, pseudoRandomBytes, runPython, toHex } from "@st-convert/testing";
 import { STRICTER_THAN_NUMPY, hostileNpy } from "./hostileNpy.js";
 
 interface Described {
@@ -55,15 +55,8 @@ const stManifest = JSON.parse(readFileSync(fixturePath("safetensors", "manifest.
 
 /** Deterministic pseudo-random bytes; BOOL gets 0/1, which numpy keeps as they are. */
 function bytesFor(seed: number, dtype: Dtype, shape: readonly number[]): Uint8Array {
-  const out = new Uint8Array(tensorByteLength(dtype, shape));
-  let x = (seed * 2654435761) >>> 0 || 1;
-  for (let i = 0; i < out.length; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    out[i] = dtype === "BOOL" ? x & 1 : x & 0xff;
-  }
-  return out;
+  const out = pseudoRandomBytes(seed, tensorByteLength(dtype, shape));
+  return dtype === "BOOL" ? out.map((b) => b & 1) : out;
 }
 
 const NUMPY_DTYPES = DTYPES.filter((d) => d.numpyName !== undefined).map((d) => d.code);

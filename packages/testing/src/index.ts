@@ -7,7 +7,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { describe, it } from "vitest";
+import { describe, expect, it } from "vitest";
 
 /** The repository root. */
 export const REPO_ROOT = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
@@ -134,3 +134,43 @@ export function runReadmeSynopsis(packageDir: string): string {
 }
 export { FUZZ_INPUT_TIMEOUT_MS, type FuzzTarget, fuzzReader, fuzzRuns, fuzzSeed } from "./fuzz.js";
 export { type HostileCorpusEntry, recordHostileCases } from "./hostileCorpus.js";
+
+/** Deterministic pseudo-random bytes (xorshift32), so that test data is reproducible. */
+export function pseudoRandomBytes(seed: number, length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  let x = (seed * 2654435761) >>> 0 || 1;
+  for (let i = 0; i < length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    out[i] = x & 0xff;
+  }
+  return out;
+}
+
+/** The code of the StConvertError a promise rejects with, "ok" when it resolves; any other error propagates. */
+export async function errorCode(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+    return "ok";
+  } catch (error) {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (typeof error !== "object" || error === null || (error as Record<symbol, unknown>)[Symbol.for("st-convert.error")] !== true || typeof code !== "string") throw error;
+    return code;
+  }
+}
+
+/**
+ * Runs the CLI and checks a clean refusal: exit 1, nothing on stdout, one line on stderr with the
+ * code in brackets and no stack trace. Returns the line.
+ */
+export function expectOneLineRefusal(args: readonly string[], code: string): string {
+  const run = runCli(args);
+  expect(run.status, run.stderr).toBe(1);
+  expect(run.stdout).toBe("");
+  const lines = run.stderr.trimEnd().split("\n");
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toContain(`[${code}]`);
+  expect(lines[0]).not.toMatch(/\bat .*\.js:\d+/);
+  return lines[0]!;
+}
