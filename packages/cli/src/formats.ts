@@ -1,11 +1,13 @@
 /**
  * The registry of formats. This list is the only place that names them; everything else in the
- * CLI and the `convert()` API works through the `TensorFormat` interface.
+ * CLI and the `convert()` API works through the `TensorFormat` interface. Adapters are imported
+ * through their light `./format` entry points, which load readers and writers on first use: a
+ * command pays only for the formats it touches (about 30 ms of start-up otherwise).
  */
 import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat } from "@st-convert/core";
-import { flaxFormat } from "@st-convert/flax";
-import { jsonFormat } from "@st-convert/json";
-import { npyFormat, npzFormat } from "@st-convert/npy";
+import { flaxFormat } from "@st-convert/flax/format";
+import { jsonFormat } from "@st-convert/json/format";
+import { npyFormat, npzFormat } from "@st-convert/npy/format";
 
 /** Every format st-convert reads and writes, in the order `--help` lists them. */
 export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, npyFormat, npzFormat, flaxFormat, jsonFormat];

@@ -257,7 +257,7 @@ function infoJson(report: FileReport): object {
 }
 
 function infoTable(file: string, report: FileReport): string {
-  const rows = report.tensors.map((t) => [t.name, t.dtype, `[${t.shape.join(", ")}]`, t.byteLength.toLocaleString("en-US")]);
+  const rows = report.tensors.map((t) => [t.name, t.dtype, `[${t.shape.join(", ")}]`, groupDigits(t.byteLength)]);
   const header = ["name", "dtype", "shape", "bytes"];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) =>
@@ -268,7 +268,10 @@ function infoTable(file: string, report: FileReport): string {
   let parameters = 0n;
   let bytes = 0;
   for (const t of report.tensors) {
-    parameters += t.shape.reduce((n, d) => n * BigInt(d), 1n);
+    let elements = 1;
+    for (const d of t.shape) elements *= d;
+    // Exact while below 2^53 (every tensor whose bytes fit in a file); BigInt only past that.
+    parameters += Number.isSafeInteger(elements) ? BigInt(elements) : t.shape.reduce((n, d) => n * BigInt(d), 1n);
     bytes += t.byteLength;
   }
   const metadata =
@@ -284,9 +287,14 @@ function infoTable(file: string, report: FileReport): string {
     line(header),
     ...rows.map(line),
     "",
-    `${report.tensors.length} tensors, ${parameters.toLocaleString("en-US")} parameters, ${formatSize(bytes)} (${bytes.toLocaleString("en-US")} bytes)`,
+    `${report.tensors.length} tensors, ${groupDigits(parameters)} parameters, ${formatSize(bytes)} (${groupDigits(bytes)} bytes)`,
     "",
   ].join("\n");
+}
+
+/** `1234567` → `1,234,567` (Intl's toLocaleString costs a millisecond per thousand calls). */
+function groupDigits(value: number | bigint): string {
+  return String(value).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
 }
 
 function batchReport(summary: BatchSummary, quiet: boolean): string {

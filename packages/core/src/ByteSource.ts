@@ -23,6 +23,13 @@ export interface ByteSource {
    * @throws StConvertError `UnexpectedEof` when the range ends past `size`.
    */
   readInto?(offset: number, target: Uint8Array): Promise<void>;
+  /**
+   * `readInto`, synchronously (optional: only where a synchronous read is cheap and safe, such as
+   * a local file). Gathers of many small ranges (a Fortran-order transpose) use it to avoid the
+   * per-call cost of asynchronous I/O, which dwarfs a 4 KiB copy.
+   * @throws StConvertError `UnexpectedEof` when the range ends past `size`.
+   */
+  readIntoSync?(offset: number, target: Uint8Array): void;
 }
 
 /** Sequential output. A writer calls `write`; whoever opened the sink calls `close` or `abort`. */

@@ -3,6 +3,7 @@
  * `convert()` API. The CLI names no format in its own code: it lists registered formats.
  */
 import type { ByteSink, ByteSource } from "./ByteSource.js";
+import { StConvertError } from "./StConvertError.js";
 import type { TensorSource } from "./Tensor.js";
 
 /** A command-line option a format adds, e.g. npy's `--name` or flax's `--sep`. */
@@ -54,4 +55,35 @@ export interface TensorFormat {
   open(source: ByteSource, context: FormatContext): Promise<TensorSource>;
   /** Writes tensors to the sink. The caller closes or aborts the sink. */
   write(tensors: TensorSource, sink: ByteSink, context: FormatContext): Promise<void>;
+}
+
+/**
+ * A string option's value, or undefined when absent.
+ * @throws StConvertError `InvalidArgument` when it is not a single string.
+ */
+export function stringOption(options: FormatOptionValues, name: string): string | undefined {
+  const value = options[name];
+  if (value === undefined) return undefined;
+  if (typeof value !== "string") throw new StConvertError("InvalidArgument", `--${name} takes one string value`);
+  return value;
+}
+
+/** A repeatable string option's values (none when absent). */
+export function stringListOption(options: FormatOptionValues, name: string): string[] {
+  const value = options[name];
+  if (typeof value === "string") return [value];
+  if (Array.isArray(value)) return value.filter((v): v is string => typeof v === "string");
+  return [];
+}
+
+/**
+ * A file name without its directory and its last extension (`dir/emb.weight.npy` → `emb.weight`):
+ * the default tensor name of single-tensor formats. Undefined when nothing is left.
+ */
+export function fileStem(path: string | undefined): string | undefined {
+  if (path === undefined) return undefined;
+  const base = path.slice(Math.max(path.lastIndexOf("/"), path.lastIndexOf("\\")) + 1);
+  const dot = base.lastIndexOf(".");
+  const stem = dot > 0 ? base.slice(0, dot) : base;
+  return stem === "" ? undefined : stem;
 }

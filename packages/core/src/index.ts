@@ -60,4 +60,4 @@ export {
   readTensorBytes,
   tensorFromBytes,
 } from "./Tensor.js";
-export type { FormatContext, FormatOption, FormatOptionValues, TensorFormat } from "./TensorFormat.js";
+export { type FormatContext, type FormatOption, type FormatOptionValues, type TensorFormat, fileStem, stringListOption, stringOption } from "./TensorFormat.js";

@@ -3,6 +3,7 @@
  * touches `node:fs`, so it runs in browsers too.
  */
 import { randomBytes } from "node:crypto";
+import { readSync } from "node:fs";
 import { type FileHandle, link, open, rename, stat, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { type ByteSink, type ByteSource, checkRange } from "./ByteSource.js";
@@ -51,6 +52,24 @@ export async function openFileSource(path: string): Promise<FileSource> {
         let bytesRead: number;
         try {
           ({ bytesRead } = await handle.read(target, filled, target.byteLength - filled, offset + filled));
+        } catch (error) {
+          throw ioError(error, path, "read failed");
+        }
+        if (bytesRead === 0) {
+          throw new StConvertError("UnexpectedEof", `the file ended at byte ${offset + filled} while ${offset + target.byteLength} were expected (was it truncated while being read?)`, {
+            file: path,
+          });
+        }
+        filled += bytesRead;
+      }
+    },
+    readIntoSync(offset, target) {
+      checkRange(source, offset, target.byteLength);
+      let filled = 0;
+      while (filled < target.byteLength) {
+        let bytesRead: number;
+        try {
+          bytesRead = readSync(handle.fd, target, filled, target.byteLength - filled, offset + filled);
         } catch (error) {
           throw ioError(error, path, "read failed");
         }

@@ -41,6 +41,11 @@ const I64_MIN = -(1n << 63n);
 
 type NumberToken = { kind: "integer"; value: bigint } | { kind: "float"; text: string };
 
+/** A JSON number's longest valid prefix: sign, integer part, fraction, exponent. */
+const NUMBER = /(-?)(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/y;
+/** A run of string characters that need no escape handling (no quote, backslash or control character). */
+const PLAIN_STRING = /[^"\\\u0000-\u001f]+/y;
+
 /**
  * Parses header text (already checked to be UTF-8) into metadata and tensor entries.
  * @throws StConvertError `InvalidHeaderDeserialization` for anything serde_json would refuse,
@@ -330,51 +335,47 @@ class HeaderParser {
   }
 
   #number(): NumberToken {
-    const text = this.text;
     const start = this.#pos;
-    let i = start;
-    const negative = text.charCodeAt(i) === 0x2d;
-    if (negative) i++;
-    const intStart = i;
-    const first = text.charCodeAt(i);
-    if (first === 0x30) {
-      i++;
-      if (isDigit(text.charCodeAt(i))) this.#fail("invalid number", i);
-    } else if (first >= 0x31 && first <= 0x39) {
-      while (isDigit(text.charCodeAt(i))) i++;
-    } else {
-      this.#fail("invalid number", i);
-    }
-    const intEnd = i;
-    let isFloat = false;
-    if (text.charCodeAt(i) === 0x2e /* . */) {
-      i++;
-      if (!isDigit(text.charCodeAt(i))) this.#fail("invalid number", i);
-      while (isDigit(text.charCodeAt(i))) i++;
-      isFloat = true;
-    }
-    const e = text.charCodeAt(i);
-    if (e === 0x65 || e === 0x45) {
-      i++;
-      const sign = text.charCodeAt(i);
-      if (sign === 0x2b || sign === 0x2d) i++;
-      if (!isDigit(text.charCodeAt(i))) this.#fail("invalid number", i);
-      while (isDigit(text.charCodeAt(i))) i++;
-      isFloat = true;
-    }
-    this.#pos = i;
-    const raw = text.slice(start, i);
-    if (!isFloat) {
-      const magnitude = BigInt(text.slice(intStart, intEnd));
+    // A sticky regex is native code: much faster than a character loop while the JIT is cold,
+    // which is all of a CLI run.
+    NUMBER.lastIndex = start;
+    const m = NUMBER.exec(this.text);
+    if (m === null || m[0] === "-") this.#fail("invalid number", start + (m?.[0].length ?? 0));
+    const [raw, sign, int, frac, exp] = m as unknown as [string, string, string, string | undefined, string | undefined];
+    const after = this.text.charCodeAt(start + raw.length);
+    // serde refuses leading zeros (`01`) and a `.` or exponent without digits (`1.`, `1e`).
+    if (isDigit(after) || after === 0x2e || after === 0x65 || after === 0x45) this.#fail("invalid number", start + raw.length);
+    this.#pos = start + raw.length;
+    if (frac === undefined && exp === undefined) {
+      const magnitude = BigInt(int);
       // serde_json: non-negative integers up to u64::MAX and negative ones down to i64::MIN are
       // integers; `-0` and anything beyond those ranges become f64.
-      if (!negative && magnitude <= U64_MAX) return { kind: "integer", value: magnitude };
-      if (negative && magnitude !== 0n && -magnitude >= I64_MIN) return { kind: "integer", value: -magnitude };
+      if (sign === "" && magnitude <= U64_MAX) return { kind: "integer", value: magnitude };
+      if (sign === "-" && magnitude !== 0n && -magnitude >= I64_MIN) return { kind: "integer", value: -magnitude };
     }
     return { kind: "float", text: formatFloat(Number(raw)) };
   }
 
   #string(): string {
+    const text = this.text;
+    const start = this.#pos + 1; // after the opening quote
+    // Fast path, the common case: no escape and no control character before the closing quote.
+    const close = text.indexOf('"', start);
+    if (close !== -1) {
+      PLAIN_STRING.lastIndex = start;
+      if (PLAIN_STRING.test(text) && PLAIN_STRING.lastIndex === close) {
+        this.#pos = close + 1;
+        return text.slice(start, close);
+      }
+      if (close === start) {
+        this.#pos = close + 1;
+        return "";
+      }
+    }
+    return this.#escapedString();
+  }
+
+  #escapedString(): string {
     const text = this.text;
     let i = this.#pos + 1; // opening quote
     let out = "";

@@ -1,10 +1,9 @@
 /**
  * The flax msgpack format as registered with the `st-convert` command: its options, how it is
- * recognised, and the reader and writer behind it.
+ * recognised, and the reader and writer behind it (loaded on first use). Also the package's
+ * `./format` entry point.
  */
-import { type FormatOptionValues, StConvertError, type TensorFormat } from "@st-convert/core";
-import { fileStem, readFlax } from "./readFlax.js";
-import { writeFlax } from "./writeFlax.js";
+import { type TensorFormat, fileStem, stringOption } from "@st-convert/core";
 
 /** How many bytes a msgpack token at `at` takes, whether it opens a container, or why it cannot be read. */
 type Token = { size: number; open?: { map: boolean; count: number }; str?: number } | "invalid" | "partial";
@@ -78,12 +77,6 @@ export function sniffFlax(head: Uint8Array): boolean {
   return keys > 0;
 }
 
-function stringOption(options: FormatOptionValues, name: string): string | undefined {
-  const value = options[name];
-  if (value === undefined) return undefined;
-  if (typeof value !== "string") throw new StConvertError("InvalidArgument", `--${name} takes one string value`);
-  return value;
-}
 
 /**
  * The flax msgpack format (`flax.serialization.to_bytes` / `msgpack_serialize`), as registered with
@@ -113,12 +106,18 @@ export const flaxFormat: TensorFormat = {
     },
   ],
   sniff: sniffFlax,
-  open: async (source, context) =>
-    readFlax(source, {
+  // The reader and writer load on first use: a command that touches no flax file does not pay for them.
+  async open(source, context) {
+    const { readFlax } = await import("./readFlax.js");
+    return readFlax(source, {
       sep: stringOption(context.options, "sep"),
       keepScalars: context.options["keep-scalars"] === true,
       onWarning: context.onWarning,
       rootName: fileStem(context.fileName),
-    }),
-  write: async (tensors, sink, context) => writeFlax(tensors, sink, { sep: stringOption(context.options, "sep"), onWarning: context.onWarning }),
+    });
+  },
+  async write(tensors, sink, context) {
+    const { writeFlax } = await import("./writeFlax.js");
+    await writeFlax(tensors, sink, { sep: stringOption(context.options, "sep"), onWarning: context.onWarning });
+  },
 };

@@ -18,6 +18,7 @@ import {
   type TensorSource,
   StConvertError,
   dtypeFromNumpyName,
+  fileStem,
   quoteName,
   readRange,
   tensorByteLength,
@@ -200,14 +201,6 @@ export async function readFlax(input: ByteInput, options: FlaxReadOptions = {}):
   }
 }
 
-/** The file name without directory and extension, as a default tensor name. */
-export function fileStem(name: string | undefined): string | undefined {
-  if (name === undefined) return undefined;
-  const base = name.slice(Math.max(name.lastIndexOf("/"), name.lastIndexOf("\\")) + 1);
-  const dot = base.lastIndexOf(".");
-  const bare = dot > 0 ? base.slice(0, dot) : base;
-  return bare === "" ? undefined : bare;
-}
 
 class FlaxWalker {
   readonly #source: ByteSource;

@@ -7,10 +7,9 @@ export {
   type TensorJsonFile,
   type TensorJsonReadOptions,
   type TensorJsonWriteOptions,
-  jsonFormat,
   readTensorJson,
   serializeTensorJson,
-  sniffTensorJson,
   writeTensorJson,
 } from "./tensorJson.js";
 export { type JsonErrorCode, MAX_JSON_DEPTH, MAX_JSON_HEADER_SIZE, MAX_NUMBER_LENGTH } from "./scanTensorJson.js";
+export { jsonFormat, sniffTensorJson } from "./jsonFormat.js";

@@ -22,6 +22,8 @@ export interface Payload {
   range(offset: number, length: number, options: ReadRangeOptions & { chunkSize: number }): AsyncGenerator<Uint8Array>;
   /** Random access when the container allows it (a file, a stored member); undefined for a deflated member. */
   readonly random: ((offset: number, length: number) => Promise<Uint8Array>) | undefined;
+  /** Random access into a buffer, synchronously, where the source offers it (`ByteSource.readIntoSync`). */
+  readonly randomIntoSync?: ((offset: number, target: Uint8Array) => void) | undefined;
   /** Verifies the container's integrity check over all the bytes (a full pass for a zip member; nothing for a file). */
   verify(): Promise<void>;
 }
@@ -33,6 +35,7 @@ export function sourcePayload(source: ByteSource): Payload {
     head: (length) => source.read(0, Math.min(length, source.size)),
     range: (offset, length, options) => readRange(source, offset, length, options),
     random: (offset, length) => source.read(offset, length),
+    randomIntoSync: source.readIntoSync === undefined ? undefined : (offset, target) => source.readIntoSync!(offset, target),
     verify: async () => {},
   };
 }

@@ -342,6 +342,13 @@ function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Pay
       checkRangeOf(member, offset, length);
       return source.read(member.dataOffset + offset, length);
     },
+    randomIntoSync:
+      source.readIntoSync === undefined
+        ? undefined
+        : (offset, target) => {
+            checkRangeOf(member, offset, target.byteLength);
+            source.readIntoSync!(member.dataOffset + offset, target);
+          },
     async verify() {
       const crc = await crcOf(0, member.size, 0);
       if (crc !== member.crc32) throw crcError(member, crc);

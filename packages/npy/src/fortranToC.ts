@@ -39,6 +39,12 @@ export interface RangeReader {
   read(offset: number, length: number): Promise<Uint8Array>;
   /** True when reads may run concurrently, in any order; false for a forward-only stream (it restarts on a backward read). */
   readonly random: boolean;
+  /**
+   * Fills `target` from `offset` synchronously, where that is cheap (a local file): scattered
+   * small runs are then read straight into the slab, about 2 µs each instead of 5–35 µs for an
+   * asynchronous read (measured on Node 20). The event loop waits for one slab at most.
+   */
+  readonly readIntoSync?: ((offset: number, target: Uint8Array) => void) | undefined;
 }
 
 /** Options of {@link fortranToC}. */
@@ -121,6 +127,10 @@ async function gather(reader: RangeReader, plan: GatherPlan, itemSize: number, d
     return;
   }
   const gap = strideBytes - runBytes;
+  if (reader.readIntoSync !== undefined && gap > COALESCE_GAP) {
+    for (let k = 0; k < runs; k++) reader.readIntoSync(first + k * strideBytes, dst.subarray(k * runBytes, (k + 1) * runBytes));
+    return;
+  }
   if (!reader.random) {
     for (let k = 0; k < runs; k++) dst.set(await reader.read(first + k * strideBytes, runBytes), k * runBytes);
     return;

@@ -18,7 +18,8 @@ export {
 } from "./NpyHeader.js";
 export { type DtypeDeclarations, type ParsedDescr, descrOfDtype, parseDescr, parseDtypeDeclarations } from "./NpyDtype.js";
 export type { NpyErrorCode } from "./NpyErrorCode.js";
-export { type NpyFile, type NpyReadOptions, type NpyReadOptionsBase, type NpyWriteOptions, npyFormat, readNpy, writeNpy } from "./npy.js";
-export { NPZ_COMMENT_FORMAT, type NpzComment, type NpzFile, type NpzReadOptions, type NpzWriteOptions, npzFormat, readNpz, writeNpz } from "./npz.js";
+export { type NpyFile, type NpyReadOptions, type NpyReadOptionsBase, type NpyWriteOptions, readNpy, writeNpy } from "./npy.js";
+export { DTYPE_OPTION, npyFormat, npzFormat } from "./formats.js";
+export { NPZ_COMMENT_FORMAT, type NpzComment, type NpzFile, type NpzReadOptions, type NpzWriteOptions, readNpz, writeNpz } from "./npz.js";
 export { MAX_LITERAL_DEPTH, type PyValue, parsePythonLiteral } from "./parsePythonLiteral.js";
 export { MAX_NPZ_MEMBER_SIZE, MAX_ZIP_DIRECTORY_SIZE, type ZipReadOptions } from "./ZipArchive.js";

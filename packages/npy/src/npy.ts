@@ -11,14 +11,14 @@ import {
   DEFAULT_CHUNK_SIZE,
   StConvertError,
   type TensorEntry,
-  type TensorFormat,
   type TensorSource,
   checkedByteLength,
+  fileStem,
   pipeTensor,
   toByteSource,
   withContext,
 } from "@st-convert/core";
-import { encodeNpyHeader, NPY_MAGIC, type NpyHeader, type NpyVersion } from "./NpyHeader.js";
+import { encodeNpyHeader, type NpyHeader, type NpyVersion } from "./NpyHeader.js";
 import { type DtypeDeclarations, descrOfDtype, isVoidInNumpy, NO_DECLARATIONS, parseDtypeDeclarations } from "./NpyDtype.js";
 import { openNpyArray } from "./openNpyArray.js";
 import { sourcePayload } from "./Payload.js";
@@ -127,55 +127,3 @@ export async function writeNpy(source: TensorSource, sink: ByteSink, options: Np
     throw withContext(error, { tensor: tensor.name });
   }
 }
-
-/** A file name without its directory and its last extension (`dir/emb.weight.npy` → `emb.weight`). */
-export function fileStem(path: string | undefined): string | undefined {
-  if (path === undefined) return undefined;
-  const base = path.split(/[\\/]/).pop() ?? path;
-  const stem = base.replace(/\.[^.]*$/, "");
-  return stem === "" ? undefined : stem;
-}
-
-/** String values of a repeatable CLI option. */
-export function stringList(value: unknown): string[] {
-  if (typeof value === "string") return [value];
-  if (Array.isArray(value)) return value.filter((v): v is string => typeof v === "string");
-  return [];
-}
-
-/** The `--dtype` option, shared by npy and npz. */
-export const DTYPE_OPTION = {
-  name: "dtype",
-  type: "string",
-  multiple: true,
-  valueName: "V2=BF16",
-  description: "what a raw void dtype holds when reading: V2=BF16, V1=F8_E4M3, or NAME:V2=BF16 for one tensor",
-  appliesTo: "read",
-} as const;
-
-/** The `.npy` format, as registered with the `st-convert` command. */
-export const npyFormat: TensorFormat = {
-  name: "npy",
-  description: "NumPy .npy: one array (v1/v2/v3 headers, either byte order, C or Fortran order)",
-  extensions: [".npy"],
-  options: [
-    {
-      name: "name",
-      type: "string",
-      // Spelled out: the command passes `multiple` to node:util parseArgs, which wants a boolean.
-      multiple: false,
-      valueName: "NAME",
-      description: "tensor name when reading a .npy (default: the file name without its extension)",
-      appliesTo: "read",
-    },
-    DTYPE_OPTION,
-  ],
-  sniff: (head) => NPY_MAGIC.every((b, i) => head[i] === b),
-  open: (source, context) =>
-    readNpy(source, {
-      name: typeof context.options.name === "string" ? context.options.name : (fileStem(context.fileName) ?? fileStem(source.name)),
-      dtypes: stringList(context.options.dtype),
-      onWarning: context.onWarning,
-    }),
-  write: (tensors, sink, context) => writeNpy(tensors, sink, { onWarning: context.onWarning }),
-};

@@ -16,7 +16,6 @@ import {
   type Metadata,
   StConvertError,
   type TensorEntry,
-  type TensorFormat,
   type TensorSource,
   checkMetadata,
   checkedByteLength,
@@ -29,7 +28,7 @@ import {
 import { type Codec, loadCodec } from "./Codec.js";
 import { encodeNpyHeader, NPY_MAGIC } from "./NpyHeader.js";
 import { descrOfDtype, isVoidInNumpy } from "./NpyDtype.js";
-import { DTYPE_OPTION, type NpyReadOptionsBase, declarationsOf, stringList } from "./npy.js";
+import { type NpyReadOptionsBase, declarationsOf } from "./npy.js";
 import { openNpyArray } from "./openNpyArray.js";
 import { settleAll } from "./settleAll.js";
 import { type ZipReadOptions, ZipWriter, encodeName, locateMembers, memberPayload, readZipDirectory } from "./ZipArchive.js";
@@ -276,25 +275,3 @@ async function* exactly(tensor: TensorEntry, chunkSize: number): AsyncGenerator<
     throw new StConvertError("ByteLengthMismatch", `the reader delivered ${delivered > tensor.byteLength ? "more than" : "only"} ${delivered} of the ${tensor.byteLength} bytes it declared`);
   }
 }
-
-/** The `.npz` format, as registered with the `st-convert` command. */
-export const npzFormat: TensorFormat = {
-  name: "npz",
-  description: "NumPy .npz: a zip of .npy arrays (stored or deflated, ZIP64); metadata kept in the archive comment",
-  extensions: [".npz"],
-  options: [
-    DTYPE_OPTION,
-    { name: "compress", type: "boolean", multiple: false, description: "deflate the members when writing, like np.savez_compressed", appliesTo: "write" },
-  ],
-  sniff(head) {
-    // Any zip starts with PK\3\4; numpy names every member *.npy, so the first name tells when it is visible.
-    if (head.byteLength < 4 || head[0] !== 0x50 || head[1] !== 0x4b || head[2] !== 3 || head[3] !== 4) return false;
-    if (head.byteLength < 30) return true;
-    const nameLength = head[26]! | (head[27]! << 8);
-    if (30 + nameLength > head.byteLength) return true;
-    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength));
-    return name.endsWith(".npy");
-  },
-  open: (source, context) => readNpz(source, { dtypes: stringList(context.options.dtype), onWarning: context.onWarning }),
-  write: (tensors, sink, context) => writeNpz(tensors, sink, { compress: context.options.compress === true }),
-};

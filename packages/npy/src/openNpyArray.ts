@@ -90,7 +90,12 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
   async function* repacked(block: number): AsyncGenerator<Uint8Array> {
     const random = payload.random;
     if (random !== undefined) {
-      const reader = { random: true, read: (offset: number, length: number) => random(dataOffset + offset, length) };
+      const intoSync = payload.randomIntoSync;
+      const reader = {
+        random: true,
+        read: (offset: number, length: number) => random(dataOffset + offset, length),
+        readIntoSync: intoSync === undefined ? undefined : (offset: number, target: Uint8Array) => intoSync(dataOffset + offset, target),
+      };
       for await (const chunk of fortranToC(reader, shape, itemSize, { slabSize, chunkSize: block })) {
         swapBytesInPlace(chunk, swapUnit);
         yield chunk;

@@ -1,0 +1,78 @@
+/**
+ * The `.npy` and `.npz` formats as registered with the `st-convert` command: names, options and
+ * content sniffing here, the readers and writers loaded on first use, so that a command that
+ * touches no NumPy file does not pay for loading them. Also the package's `./format` entry point.
+ */
+import { type TensorFormat, fileStem, stringListOption, stringOption } from "@st-convert/core";
+
+/** The `--dtype` option, shared by npy and npz. */
+export const DTYPE_OPTION = {
+  name: "dtype",
+  type: "string",
+  multiple: true,
+  valueName: "V2=BF16",
+  description: "what a raw void dtype holds when reading: V2=BF16, V1=F8_E4M3, or NAME:V2=BF16 for one tensor",
+  appliesTo: "read",
+} as const;
+
+/** `\x93NUMPY`, the first bytes of every `.npy` file. */
+const MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59];
+
+/** The `.npy` format, as registered with the `st-convert` command. */
+export const npyFormat: TensorFormat = {
+  name: "npy",
+  description: "NumPy .npy: one array (v1/v2/v3 headers, either byte order, C or Fortran order)",
+  extensions: [".npy"],
+  options: [
+    {
+      name: "name",
+      type: "string",
+      multiple: false,
+      valueName: "NAME",
+      description: "tensor name when reading a .npy (default: the file name without its extension)",
+      appliesTo: "read",
+    },
+    DTYPE_OPTION,
+  ],
+  sniff: (head) => MAGIC.every((b, i) => head[i] === b),
+  async open(source, context) {
+    const { readNpy } = await import("./npy.js");
+    return readNpy(source, {
+      name: stringOption(context.options, "name") ?? fileStem(context.fileName) ?? fileStem(source.name),
+      dtypes: stringListOption(context.options, "dtype"),
+      onWarning: context.onWarning,
+    });
+  },
+  async write(tensors, sink, context) {
+    const { writeNpy } = await import("./npy.js");
+    await writeNpy(tensors, sink, { onWarning: context.onWarning });
+  },
+};
+
+/** The `.npz` format, as registered with the `st-convert` command. */
+export const npzFormat: TensorFormat = {
+  name: "npz",
+  description: "NumPy .npz: a zip of .npy arrays (stored or deflated, ZIP64); metadata kept in the archive comment",
+  extensions: [".npz"],
+  options: [
+    DTYPE_OPTION,
+    { name: "compress", type: "boolean", multiple: false, description: "deflate the members when writing, like np.savez_compressed", appliesTo: "write" },
+  ],
+  sniff(head) {
+    // Any zip starts with PK\3\4; numpy names every member *.npy, so the first name tells when it is visible.
+    if (head.byteLength < 4 || head[0] !== 0x50 || head[1] !== 0x4b || head[2] !== 3 || head[3] !== 4) return false;
+    if (head.byteLength < 30) return true;
+    const nameLength = head[26]! | (head[27]! << 8);
+    if (30 + nameLength > head.byteLength) return true;
+    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength));
+    return name.endsWith(".npy");
+  },
+  async open(source, context) {
+    const { readNpz } = await import("./npz.js");
+    return readNpz(source, { dtypes: stringListOption(context.options, "dtype"), onWarning: context.onWarning });
+  },
+  async write(tensors, sink, context) {
+    const { writeNpz } = await import("./npz.js");
+    await writeNpz(tensors, sink, { compress: context.options.compress === true });
+  },
+};
