@@ -197,7 +197,15 @@ function report(rows, big) {
     }
   }
   if (big.length > 0) {
-    lines.push("", `## Peak memory at ${fmt(mib(parseSize(values.big)) / 1024, 0)} GiB`, "", "| path | input | st-convert time | peak RSS | cp time |", "|---|---|---|---|---|");
+    lines.push(
+      "",
+      `## Peak memory at ${fmt(mib(parseSize(values.big)) / 1024, 0)} GiB`,
+      "",
+      "One run each, st-convert then `cp`: the figure that matters is peak RSS. Past a few GiB the output no longer fits the page cache's dirty limit, so the times measure the disk's writeback and whoever writes first pays for the other's flush; they are not comparable.",
+      "",
+      "| path | input | st-convert time | peak RSS | cp time |",
+      "|---|---|---|---|---|",
+    );
     for (const r of big) lines.push(`| ${r.name} | ${fmt(mib(r.inputBytes) / 1024, 2)} GiB | ${fmt(r.ours.seconds)} s | ${fmt(r.ours.rssMiB, 0)} MiB | ${fmt(r.cp.seconds)} s |`);
   }
   lines.push("", "Raw times (seconds, in run order):", "");
