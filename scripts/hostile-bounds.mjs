@@ -44,7 +44,7 @@ for (const entry of entries) {
   const refusedAsExpected = entry.expected === "ok" ? run.status === 0 : run.status === 1 && lines.length === 1 && lines[0].includes(`[${entry.expected}]`);
   // A refusal by the command may come from a check that runs before the reader's (the output
   // format's own rules): exit 1 with one coded line is still a clean refusal.
-  const clean = entry.expected === "ok" ? run.status === 0 : run.status === 1 && lines.length === 1 && /\[[A-Za-z]+\]$/.test(lines[0]) && !lines[0].includes("internal error");
+  const clean = entry.expected === "ok" ? run.status === 0 : run.status === 1 && lines.length === 1 && /\[[A-Za-z0-9]+\]$/.test(lines[0]) && !lines[0].includes("internal error");
   results.push({ ...entry, status: run.status, seconds, rssMB, refusedAsExpected, clean, message: lines[0] ?? "" });
 }
 
