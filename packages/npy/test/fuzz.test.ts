@@ -8,13 +8,18 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type TensorSource, bytesSource, isStConvertError } from "@st-convert/core";
 import { readNpy, readNpz } from "@st-convert/npy";
-import { fixturePath } from "@st-convert/testing";
+import { fixturePath, fuzzReader, fuzzRuns, fuzzSeed } from "@st-convert/testing";
+
+/** Reads a file completely: the header, then every tensor's bytes in small chunks. */
+async function readAll(bytes: Uint8Array, kind: "npy" | "npz", codec?: "fflate"): Promise<void> {
+  const source = bytesSource(bytes, `fuzz.${kind}`);
+  const file: TensorSource = kind === "npy" ? await readNpy(source, { dtypes: ["V2=BF16"] }) : await readNpz(source, { dtypes: ["V2=BF16"], codec, fortranSlabSize: 64 });
+  for (const t of file.tensors) for await (const _ of t.chunks({ chunkSize: 64 })) void _;
+}
 
 async function outcome(bytes: Uint8Array, kind: "npy" | "npz", codec?: "fflate"): Promise<"ok" | string> {
   try {
-    const source = bytesSource(bytes, `fuzz.${kind}`);
-    const file: TensorSource = kind === "npy" ? await readNpy(source, { dtypes: ["V2=BF16"] }) : await readNpz(source, { dtypes: ["V2=BF16"], codec, fortranSlabSize: 64 });
-    for (const t of file.tensors) for await (const _ of t.chunks({ chunkSize: 64 })) void _;
+    await readAll(bytes, kind, codec);
     return "ok";
   } catch (error) {
     if (isStConvertError(error)) return error.code;
@@ -52,6 +57,12 @@ function apply(bytes: Uint8Array, edits: { kind: "set" | "cut" | "insert"; at: n
   return out;
 }
 
+describe("the shared harness", () => {
+  const files = (kind: "npy" | "npz") => seeds.filter(([, k]) => k === kind).map(([name]) => readFileSync(fixturePath("npy", name)));
+  fuzzReader({ name: "npy", seeds: files("npy"), read: (bytes) => readAll(bytes, "npy") });
+  fuzzReader({ name: "npz", seeds: files("npz"), read: (bytes) => readAll(bytes, "npz") });
+});
+
 describe("fuzz", () => {
   it.each(seeds)("mutations of %s give tensors or an StConvertError", async (name, kind) => {
     const bytes = readFileSync(fixturePath("npy", name));
@@ -60,7 +71,8 @@ describe("fuzz", () => {
         const result = await outcome(apply(bytes, edits), kind, fflate ? "fflate" : undefined);
         expect(typeof result).toBe("string");
       }),
-      { numRuns: 250 },
+      // Scales with FUZZ_RUNS (150 in CI: 250 runs per seed file), seeded so that a failure reproduces.
+      { numRuns: Math.ceil((fuzzRuns() * 5) / 3), seed: fuzzSeed() },
     );
   });
 
@@ -79,7 +91,7 @@ describe("fuzz", () => {
         expect(typeof (await outcome(bytes, "npy"))).toBe("string");
         expect(typeof (await outcome(bytes, "npz"))).toBe("string");
       }),
-      { numRuns: 500 },
+      { numRuns: Math.ceil((fuzzRuns() * 10) / 3), seed: fuzzSeed() },
     );
   });
 });
