@@ -1,9 +1,9 @@
-import { spawn } from "node:child_process";
-import { closeSync, openSync, readdirSync, writeSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { convert } from "st-convert";
-import { CLI_PATH, makeTempDir } from "@st-convert/testing";
+import { CLI_PATH, makeTempDir, runCli } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -50,3 +50,35 @@ describe("interrupting a conversion", () => {
     expect(stderr).toMatch(/stopped|Aborted/);
   });
 });
+
+/** A 1 MiB tmpfs to fill, where this machine lets us mount one (root in a VM; CI runs as root). */
+function tinyDisk(dir: string): string | undefined {
+  const mount = join(dir, "tiny");
+  mkdirSync(mount);
+  return spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mount]).status === 0 ? mount : undefined;
+}
+
+describe("a full disk", () => {
+  it("fails the conversion with one line, removes the temporary file and leaves an existing target untouched", (context) => {
+    const disk = tinyDisk(dir);
+    if (disk === undefined) {
+      context.skip("cannot mount a tmpfs here (needs root)");
+      return;
+    }
+    try {
+      const input = join(dir, "in.safetensors");
+      sparseSafetensors(input, 2 * 1024 * 1024);
+      writeFileSync(join(disk, "out.safetensors"), "keep");
+      for (const args of [[input, join(disk, "out.safetensors"), "--force"], [input, join(disk, "new.safetensors")]]) {
+        const run = runCli(args);
+        expect(run.status).toBe(1);
+        expect(run.stderr).toMatch(/no space left on the device \[Io\]\n$/);
+      }
+      expect(readdirSync(disk)).toEqual(["out.safetensors"]);
+      expect(readFileSync(join(disk, "out.safetensors"), "utf8")).toBe("keep");
+    } finally {
+      spawnSync("umount", [disk]);
+    }
+  });
+});
+
