@@ -9,7 +9,7 @@ import { Packr, Unpackr, addExtension } from "msgpackr";
 import { describe, expect, it } from "vitest";
 import { readTensorBytes, tensorFromBytes } from "@st-convert/core";
 import { readFlax, serializeFlax } from "@st-convert/flax";
-import { fixturePath, fuzzReader, fuzzRuns, fuzzSeed, toHex } from "@st-convert/testing";
+import { fixturePath, fuzzReader, fuzzRuns, fuzzSeed, fuzzTimeout, toHex } from "@st-convert/testing";
 
 const seeds = readdirSync(fixturePath("flax"))
   .filter((f) => f.endsWith(".msgpack"))
@@ -86,7 +86,7 @@ describe("differential tests with msgpackr", () => {
       }),
       { numRuns: fuzzRuns(), seed: fuzzSeed() },
     );
-  });
+  }, fuzzTimeout());
 
   it("our writer's output → msgpackr decodes the nested dicts the names describe", async () => {
     // Test-only: msgpackr's extension registry is global. The payload is decoded by a second
@@ -124,5 +124,5 @@ describe("differential tests with msgpackr", () => {
       }),
       { numRuns: fuzzRuns(), seed: fuzzSeed() },
     );
-  });
+  }, fuzzTimeout());
 });

@@ -8,7 +8,7 @@ import fc from "fast-check";
 import { describe, it } from "vitest";
 import { isStConvertError, readSafetensors } from "@st-convert/core";
 import { serializeTensorJson } from "@st-convert/json";
-import { fixturePath, fuzzReader, fuzzRuns, fuzzSeed } from "@st-convert/testing";
+import { fixturePath, fuzzReader, fuzzRuns, fuzzSeed, fuzzTimeout } from "@st-convert/testing";
 import { readAll, utf8 } from "./helpers.js";
 
 const mixed = await readSafetensors(readFileSync(fixturePath("safetensors", "mixed.safetensors")));
@@ -50,5 +50,5 @@ describe("fuzz", () => {
       ),
       { numRuns: fuzzRuns() * 20, seed: fuzzSeed() },
     );
-  });
+  }, fuzzTimeout());
 });

@@ -8,7 +8,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type TensorSource, bytesSource, isStConvertError } from "@st-convert/core";
 import { readNpy, readNpz } from "@st-convert/npy";
-import { fixturePath, fuzzReader, fuzzRuns, fuzzSeed } from "@st-convert/testing";
+import { fixturePath, fuzzReader, fuzzRuns, fuzzSeed, fuzzTimeout } from "@st-convert/testing";
 
 /** Reads a file completely: the header, then every tensor's bytes in small chunks. */
 async function readAll(bytes: Uint8Array, kind: "npy" | "npz", codec?: "fflate"): Promise<void> {
@@ -74,7 +74,7 @@ describe("fuzz", () => {
       // Scales with FUZZ_RUNS (150 in CI: 250 runs per seed file), seeded so that a failure reproduces.
       { numRuns: Math.ceil((fuzzRuns() * 5) / 3), seed: fuzzSeed() },
     );
-  });
+  }, fuzzTimeout());
 
   it("every truncation of a small archive is refused cleanly", async () => {
     const bytes = readFileSync(fixturePath("npy", "npz_compressed.npz"));
@@ -93,5 +93,5 @@ describe("fuzz", () => {
       }),
       { numRuns: Math.ceil((fuzzRuns() * 10) / 3), seed: fuzzSeed() },
     );
-  });
+  }, fuzzTimeout());
 });

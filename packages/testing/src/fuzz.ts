@@ -36,6 +36,11 @@ export function fuzzRuns(): number {
   return Number.isInteger(runs) && runs > 0 ? runs : 150;
 }
 
+/** A test timeout that grows with `FUZZ_RUNS`: at least a minute, 200 ms a run beyond that. */
+export function fuzzTimeout(): number {
+  return Math.max(60_000, fuzzRuns() * 200);
+}
+
 /** The seed of the random generator: `FUZZ_SEED` or a fixed value, so CI runs are reproducible. */
 export function fuzzSeed(): number {
   const seed = Number(process.env.FUZZ_SEED);
@@ -117,7 +122,7 @@ async function checkOne(target: FuzzTarget, bytes: Uint8Array): Promise<"ok" | s
 export function fuzzReader(target: FuzzTarget): void {
   const runs = fuzzRuns();
   const seed = fuzzSeed();
-  const timeout = Math.max(60_000, runs * 200);
+  const timeout = fuzzTimeout();
 
   it(`${target.name}: random bytes give a result or a coded error`, async () => {
     await fc.assert(
