@@ -22,6 +22,13 @@ import { settleAll } from "./settleAll.js";
 export const FORTRAN_SLAB_SIZE = 64 * 1024 * 1024;
 
 /**
+ * Bytes of one slab when the source reads synchronously (a local file, `readIntoSync`): short runs
+ * then cost about 2 µs each, so 16 MiB slabs are as fast as 64 MiB ones (measured: 2.6–2.8 s for a
+ * 1 GiB 16,384² float32 array either way) and keep peak memory near 170 MB instead of 250 MB.
+ */
+export const FORTRAN_SLAB_SIZE_SYNC = 16 * 1024 * 1024;
+
+/**
  * Runs closer than this are read as one span: a read call costs about as much as copying 8–50 KB
  * (measured: 5 µs per read when 32 are in flight, 35 µs one at a time, against ~1.5 GB/s).
  */
@@ -49,7 +56,7 @@ export interface RangeReader {
 
 /** Options of {@link fortranToC}. */
 export interface FortranToCOptions {
-  /** Bytes per slab. Default {@link FORTRAN_SLAB_SIZE}. */
+  /** Bytes per slab. Default {@link FORTRAN_SLAB_SIZE_SYNC} for a synchronous reader, else {@link FORTRAN_SLAB_SIZE}. */
   slabSize?: number;
   /** Largest chunk yielded. */
   chunkSize: number;
@@ -60,7 +67,7 @@ export interface FortranToCOptions {
  * fresh buffer the caller may modify (to swap bytes in place, for one).
  */
 export async function* fortranToC(reader: RangeReader, shape: readonly number[], itemSize: number, options: FortranToCOptions): AsyncGenerator<Uint8Array> {
-  const slabSize = Math.max(itemSize, options.slabSize ?? FORTRAN_SLAB_SIZE);
+  const slabSize = Math.max(itemSize, options.slabSize ?? (reader.readIntoSync !== undefined ? FORTRAN_SLAB_SIZE_SYNC : FORTRAN_SLAB_SIZE));
   // Axes of length 1 place no element differently in either order.
   const dims = shape.filter((d) => d !== 1);
   if (dims.includes(0)) return;

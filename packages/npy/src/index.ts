@@ -3,7 +3,7 @@
  * and from safetensors), lossless, streaming, without numpy.
  */
 export { loadCodec, type Codec } from "./Codec.js";
-export { FORTRAN_SLAB_SIZE } from "./fortranToC.js";
+export { FORTRAN_SLAB_SIZE, FORTRAN_SLAB_SIZE_SYNC } from "./fortranToC.js";
 export {
   type EncodeNpyHeaderOptions,
   MAX_NPY_HEADER_SIZE,

@@ -35,7 +35,10 @@ export interface NpyReadOptionsBase {
   dtypes?: readonly string[] | DtypeDeclarations;
   /** Longest npy header accepted, in characters. Default `MAX_NPY_HEADER_SIZE` (10,000, numpy's). */
   maxHeaderSize?: number;
-  /** Bytes per Fortran-repack slab (memory used is about twice this). Default `FORTRAN_SLAB_SIZE` (64 MiB). */
+  /**
+   * Bytes per Fortran-repack slab (memory used is about twice this). Default `FORTRAN_SLAB_SIZE_SYNC`
+   * (16 MiB) from a file, `FORTRAN_SLAB_SIZE` (64 MiB) from other sources.
+   */
   fortranSlabSize?: number;
   /** Receives non-fatal notices (ignored trailing bytes, a Python 2 header, skipped members). */
   onWarning?: (message: string) => void;

@@ -4,7 +4,7 @@
  * little-endian, byte-swapped and repacked from Fortran order on the fly.
  */
 import { DEFAULT_CHUNK_SIZE, type Dtype, StConvertError, type TensorEntry, toSafeNumber, withContext } from "@st-convert/core";
-import { FORTRAN_SLAB_SIZE, fortranToC } from "./fortranToC.js";
+import { type FORTRAN_SLAB_SIZE, fortranToC } from "./fortranToC.js";
 import { type NpyHeader, type NpyHeaderOptions, type NpyVersion, readNpyHeader } from "./NpyHeader.js";
 import { type DtypeDeclarations, parseDescr, resolveVoid } from "./NpyDtype.js";
 import { type Payload, StreamCursor } from "./Payload.js";
@@ -18,7 +18,7 @@ export interface OpenNpyArrayOptions extends NpyHeaderOptions {
   declarations: DtypeDeclarations;
   /** The dtype the container records for this array (the npz archive comment), if any. */
   recorded?: Dtype;
-  /** Bytes per Fortran-repack slab. Default {@link FORTRAN_SLAB_SIZE}. */
+  /** Bytes per Fortran-repack slab. Default: `FORTRAN_SLAB_SIZE_SYNC` (16 MiB) from a file, else {@link FORTRAN_SLAB_SIZE} (64 MiB). */
   fortranSlabSize?: number;
   /** The file, named in errors the tensor's `chunks()` throws. */
   file?: string;
@@ -70,7 +70,7 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
   if (byteLength < available) options.onWarning?.(`${available - byteLength} bytes after the array data are ignored (np.load ignores them too)`);
   const shape = header.shape.map((dim) => toSafeNumber(dim, "dimension"));
   const fortran = header.fortranOrder && shape.filter((d) => d !== 1).length > 1 && byteLength > 0;
-  const slabSize = options.fortranSlabSize ?? FORTRAN_SLAB_SIZE;
+  const slabSize = options.fortranSlabSize;
 
   async function* stored(block: number, reuse: boolean): AsyncGenerator<Uint8Array> {
     // reuse passes through: a swapped chunk is a copy made before the next is asked for.
