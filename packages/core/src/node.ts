@@ -7,7 +7,7 @@ import { readSync } from "node:fs";
 import { type FileHandle, link, open, rename, stat, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { type ByteSink, type ByteSource, checkRange } from "./ByteSource.js";
-import { StConvertError } from "./StConvertError.js";
+import { StConvertError, isStConvertError, withContext } from "./StConvertError.js";
 
 /** A {@link ByteSource} over an open file; `close()` releases the descriptor. */
 export interface FileSource extends ByteSource {
@@ -47,38 +47,23 @@ export async function openFileSource(path: string): Promise<FileSource> {
     },
     async readInto(offset, target) {
       checkRange(source, offset, target.byteLength);
-      let filled = 0;
-      while (filled < target.byteLength) {
-        let bytesRead: number;
-        try {
-          ({ bytesRead } = await handle.read(target, filled, target.byteLength - filled, offset + filled));
-        } catch (error) {
-          throw ioError(error, path, "read failed");
+      try {
+        for (let filled = 0; filled < target.byteLength; ) {
+          const { bytesRead } = await handle.read(target, filled, target.byteLength - filled, offset + filled);
+          filled = advance(bytesRead, offset, filled, target.byteLength);
         }
-        if (bytesRead === 0) {
-          throw new StConvertError("UnexpectedEof", `the file ended at byte ${offset + filled} while ${offset + target.byteLength} were expected (was it truncated while being read?)`, {
-            file: path,
-          });
-        }
-        filled += bytesRead;
+      } catch (error) {
+        throw ioError(error, path, "read failed");
       }
     },
     readIntoSync(offset, target) {
       checkRange(source, offset, target.byteLength);
-      let filled = 0;
-      while (filled < target.byteLength) {
-        let bytesRead: number;
-        try {
-          bytesRead = readSync(handle.fd, target, filled, target.byteLength - filled, offset + filled);
-        } catch (error) {
-          throw ioError(error, path, "read failed");
+      try {
+        for (let filled = 0; filled < target.byteLength; ) {
+          filled = advance(readSync(handle.fd, target, filled, target.byteLength - filled, offset + filled), offset, filled, target.byteLength);
         }
-        if (bytesRead === 0) {
-          throw new StConvertError("UnexpectedEof", `the file ended at byte ${offset + filled} while ${offset + target.byteLength} were expected (was it truncated while being read?)`, {
-            file: path,
-          });
-        }
-        filled += bytesRead;
+      } catch (error) {
+        throw ioError(error, path, "read failed");
       }
     },
     async close() {
@@ -86,6 +71,14 @@ export async function openFileSource(path: string): Promise<FileSource> {
     },
   };
   return source;
+}
+
+/** The position after a read of `bytesRead` bytes; a read of none means the file shrank under us. */
+function advance(bytesRead: number, offset: number, filled: number, length: number): number {
+  if (bytesRead === 0) {
+    throw new StConvertError("UnexpectedEof", `the file ended at byte ${offset + filled} while ${offset + length} were expected (was it truncated while being read?)`);
+  }
+  return filled + bytesRead;
 }
 
 /** Options of {@link createFileSink}. */
@@ -199,7 +192,7 @@ async function exists(path: string): Promise<boolean> {
 
 /** Wraps an operating-system error in an `Io` StConvertError with a readable rule; passes our own errors through. */
 function ioError(error: unknown, file: string, what: string): unknown {
-  if (error instanceof StConvertError) return error;
+  if (isStConvertError(error)) return withContext(error, { file });
   const code = (error as NodeJS.ErrnoException | undefined)?.code;
   const reason =
     code === "ENOENT"

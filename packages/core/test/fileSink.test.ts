@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createFileSink, openFileSource } from "@st-convert/core/node";
@@ -69,6 +69,20 @@ describe("file source", () => {
       expect(source.size).toBe(6);
       expect([...(await source.read(2, 3))]).toEqual([2, 3, 4]);
       await expect(source.read(4, 3)).rejects.toMatchObject({ code: "UnexpectedEof" });
+    } finally {
+      await source.close();
+    }
+  });
+
+  it("refuses a file that shrinks while it is read, in every read path, naming it", async () => {
+    const path = join(dir, "shrinking.bin");
+    writeFileSync(path, new Uint8Array(100));
+    const source = await openFileSource(path);
+    try {
+      truncateSync(path, 10);
+      await expect(source.read(0, 50)).rejects.toMatchObject({ code: "UnexpectedEof", file: path });
+      await expect(source.readInto!(0, new Uint8Array(50))).rejects.toMatchObject({ code: "UnexpectedEof", file: path });
+      expect(() => source.readIntoSync!(0, new Uint8Array(50))).toThrow(expect.objectContaining({ code: "UnexpectedEof", file: path }));
     } finally {
       await source.close();
     }
