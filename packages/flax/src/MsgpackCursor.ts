@@ -29,7 +29,7 @@ export type Tag = (typeof Tag)[keyof typeof Tag];
  * Bytes read from the source at a time while walking the structure. Large enough that a file of
  * many small arrays costs few reads; small enough to be negligible beside the 4 MiB copy buffers.
  */
-export const WINDOW_SIZE = 64 * 1024;
+const WINDOW_SIZE = 64 * 1024;
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
@@ -66,11 +66,9 @@ export class MsgpackCursor {
   #view: DataView = new DataView(new ArrayBuffer(0));
   /** File offset of `#window[0]`. */
   #windowAt = 0;
-  readonly #windowSize: number;
 
-  constructor(source: ByteSource, windowSize = WINDOW_SIZE) {
+  constructor(source: ByteSource) {
     this.source = source;
-    this.#windowSize = windowSize;
     this.#end = source.size;
   }
 
@@ -109,7 +107,7 @@ export class MsgpackCursor {
         { file: this.source.name },
       );
     }
-    const length = Math.min(Math.max(n, this.#windowSize), this.remaining);
+    const length = Math.min(Math.max(n, WINDOW_SIZE), this.remaining);
     this.#window = await this.source.read(this.position, length);
     this.#windowAt = this.position;
     this.#view = new DataView(this.#window.buffer, this.#window.byteOffset, this.#window.byteLength);
@@ -311,7 +309,7 @@ export class MsgpackCursor {
     try {
       let left = n;
       while (left > 0) {
-        const step = Math.min(left, this.#windowSize);
+        const step = Math.min(left, WINDOW_SIZE);
         await this.#need(step);
         const from = this.position - this.#windowAt;
         decoder.decode(this.#window.subarray(from, from + step), { stream: true });
@@ -323,13 +321,5 @@ export class MsgpackCursor {
       if (error instanceof TypeError) throw formatError(`invalid UTF-8 in the string at byte ${at}`, this.source.name);
       throw error;
     }
-  }
-
-  /** The `n` payload bytes at the position, as a copy, and moves past them (for small payloads). */
-  async bytes(n: number): Promise<Uint8Array> {
-    await this.#need(n);
-    const at = this.position - this.#windowAt;
-    this.position += n;
-    return this.#window.slice(at, at + n);
   }
 }

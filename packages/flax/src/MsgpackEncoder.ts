@@ -81,10 +81,7 @@ export class MsgpackEncoder {
 
   /** A UTF-8 string (the caller has checked it is well-formed: no lone surrogates). */
   str(text: string): void {
-    this.#strBytes(utf8.encode(text));
-  }
-
-  #strBytes(bytes: Uint8Array): void {
+    const bytes = utf8.encode(text);
     const n = bytes.byteLength;
     // str8 (0xd9) exists because flax packs with use_bin_type=True.
     if (n <= 31) this.#byte(0xa0 | n);
@@ -118,16 +115,20 @@ export class MsgpackEncoder {
    * writes the `byteLength` raw bytes next.
    */
   ndarrayHeader(shape: readonly number[], dtypeName: string, byteLength: number): void {
-    const head = new MsgpackEncoder(this.#sink);
-    head.arrayHeader(3);
-    head.arrayHeader(shape.length);
-    for (const dim of shape) head.uint(dim);
-    head.str(dtypeName);
-    head.binHeader(byteLength);
-    const bytes = head.#buffer.subarray(0, head.#length);
-    this.extHeader(1, bytes.byteLength + byteLength);
-    const at = this.#reserve(bytes.byteLength);
-    this.#buffer.set(bytes, at);
+    // The ext header's size depends on the head's: the head is written after room for the largest
+    // ext header (ext32, 6 bytes), then moved down behind the header that fits.
+    const start = this.#reserve(6);
+    const headAt = this.#length;
+    this.arrayHeader(3);
+    this.arrayHeader(shape.length);
+    for (const dim of shape) this.uint(dim);
+    this.str(dtypeName);
+    this.binHeader(byteLength);
+    const headLength = this.#length - headAt;
+    this.#length = start;
+    this.extHeader(1, headLength + byteLength);
+    this.#buffer.copyWithin(this.#length, headAt, headAt + headLength);
+    this.#length += headLength;
   }
 
   /** Raw bytes (array data): copied into the buffer when small, else written straight to the sink. */

@@ -77,7 +77,6 @@ export function sniffFlax(head: Uint8Array): boolean {
   return keys > 0;
 }
 
-
 /**
  * The flax msgpack format (`flax.serialization.to_bytes` / `msgpack_serialize`), as registered with
  * the `st-convert` command. Options: `sep` (the name separator, default `.`) and `keep-scalars`

@@ -158,8 +158,8 @@ interface Frame {
   readonly kind: typeof Tag.Map | typeof Tag.Array;
   /** Entries (maps) or items (arrays) still to read. */
   remaining: number;
+  /** `slot.parent` is undefined for the top-level value, whose children are named by their key alone. */
   readonly slot: Slot;
-  readonly root: boolean;
   /** This container and all above it are maps: flax unchunks a marked dict only there. */
   readonly dicts: boolean;
   /** This map is the value of `shape` or `chunks` in a dict that may be a chunked array. */
@@ -201,7 +201,6 @@ export async function readFlax(input: ByteInput, options: FlaxReadOptions = {}):
   }
 }
 
-
 class FlaxWalker {
   readonly #source: ByteSource;
   readonly #cursor: MsgpackCursor;
@@ -237,45 +236,30 @@ class FlaxWalker {
 
   async walk(): Promise<FlaxFile> {
     const cursor = this.#cursor;
-    await this.#value({ name: this.#rootName, bad: undefined, sepInKey: false, parent: undefined, key: undefined }, true);
+    await this.#value({ name: this.#rootName, bad: undefined, sepInKey: false, parent: undefined, key: undefined });
     // An explicit stack, not recursion: nesting is bounded by maxDepth, never by the JS call stack.
     while (this.#stack.length > 0) {
       const frame = this.#stack[this.#stack.length - 1]!;
-      if (frame.kind === Tag.Map && frame.key === null) {
-        if (frame.remaining === 0) {
-          this.#close(frame);
-          continue;
-        }
-        await this.#readKey(frame);
-        continue;
-      }
-      if (frame.kind === Tag.Array && frame.remaining === 0) {
+      // `key` is null in an array, and in a map until its next key is read.
+      if (frame.key === null && frame.remaining === 0) {
         this.#close(frame);
         continue;
       }
-      frame.remaining--;
-      let slot: Slot;
-      if (frame.kind === Tag.Map) {
-        const key = frame.key!;
-        frame.key = null;
-        slot = {
-          name: frame.root ? key.text : `${frame.slot.name}${this.#sep}${key.text}`,
-          bad: frame.slot.bad ?? key.bad,
-          sepInKey: frame.slot.sepInKey || key.sepInKey,
-          parent: frame,
-          key: key.bad === undefined ? key.text : undefined,
-        };
-      } else {
-        const text = String(frame.index++);
-        slot = {
-          name: frame.root ? text : `${frame.slot.name}${this.#sep}${text}`,
-          bad: frame.slot.bad,
-          sepInKey: frame.slot.sepInKey,
-          parent: frame,
-          key: undefined,
-        };
+      if (frame.kind === Tag.Map && frame.key === null) {
+        await this.#readKey(frame);
+        continue;
       }
-      await this.#value(slot, false);
+      frame.remaining--;
+      const key = frame.key;
+      frame.key = null;
+      const text = key === null ? String(frame.index++) : key.text;
+      await this.#value({
+        name: frame.slot.parent === undefined ? text : `${frame.slot.name}${this.#sep}${text}`,
+        bad: frame.slot.bad ?? key?.bad,
+        sepInKey: frame.slot.sepInKey || key?.sepInKey === true,
+        parent: frame,
+        key: key !== null && key.bad === undefined ? key.text : undefined,
+      });
     }
     if (cursor.position !== this.#source.size) {
       throw new StConvertError("ExtraData", `extra data: the top-level value ends at byte ${cursor.position} of a ${this.#source.size}-byte file`);
@@ -321,28 +305,25 @@ class FlaxWalker {
   }
 
   /** Reads one value into `slot`: opens a container, or handles a leaf. */
-  async #value(slot: Slot, root: boolean): Promise<void> {
+  async #value(slot: Slot): Promise<void> {
     const cursor = this.#cursor;
     const tag = await cursor.next();
     const parent = slot.parent;
-    const roleInParent =
-      parent !== undefined && parent.kind === Tag.Map && parent.dicts && (slot.key === "shape" || slot.key === "chunks") ? slot.key : undefined;
+    // `dicts` is only ever true on a map.
+    const roleInParent = parent?.dicts === true && (slot.key === "shape" || slot.key === "chunks") ? slot.key : undefined;
     if (roleInParent !== undefined && tag !== Tag.Map) parent![roleInParent] = "other";
 
     if (tag === Tag.Map || tag === Tag.Array) {
       if (this.#stack.length + 1 > this.#maxDepth) {
         throw new StConvertError("LimitExceeded", `nesting deeper than ${this.#maxDepth} maps and arrays at byte ${cursor.headerAt} (msgpack-python raises StackError past 1024)`);
       }
-      if (slot.name.length > this.#maxNameLength) {
-        throw new StConvertError("LimitExceeded", `a name of ${slot.name.length} characters exceeds the limit of ${this.#maxNameLength}`);
-      }
-      const dicts = tag === Tag.Map && (root || (parent?.kind === Tag.Map && parent.dicts));
+      this.#checkNameLength(slot.name);
+      const dicts = tag === Tag.Map && (parent === undefined || parent.dicts);
       const role = tag === Tag.Map ? roleInParent : undefined;
       this.#stack.push({
         kind: tag,
         remaining: cursor.length,
         slot,
-        root,
         dicts,
         role,
         index: 0,
@@ -439,9 +420,7 @@ class FlaxWalker {
    * and moves past it.
    */
   async #readArray(payloadLength: number, name: string): Promise<ArrayRef> {
-    if (++this.#arrays > this.#maxArrays) {
-      throw new StConvertError("LimitExceeded", `more than ${this.#maxArrays} arrays in one file`, { tensor: name });
-    }
+    this.#countArray(name);
     const cursor = this.#cursor;
     try {
       return await cursor.within(cursor.position + payloadLength, "InvalidArray", () => this.#arrayPayload(payloadLength, name));
@@ -450,21 +429,20 @@ class FlaxWalker {
     }
   }
 
+  /**
+   * Runs inside `cursor.within`: a container count or a str/bin length past the payload's end is
+   * refused by the cursor itself (`InvalidArray`), so only the int headers of the shape can overrun.
+   */
   async #arrayPayload(payloadLength: number, name: string): Promise<ArrayRef> {
     const cursor = this.#cursor;
-    const start = cursor.position;
-    const end = start + payloadLength;
+    const end = cursor.position + payloadLength;
     const at = cursor.headerAt;
     const fail = (code: string, rule: string): never => {
       throw new StConvertError(code, `${rule} (the ndarray at byte ${at})`, { tensor: name });
     };
-    const inside = () => {
-      if (cursor.position > end) fail("InvalidArray", "the payload is shorter than the values it declares");
-    };
     if (payloadLength === 0 || (await cursor.next()) !== Tag.Array || cursor.length !== 3) {
       fail("InvalidArray", "the payload is not the msgpack array [shape, dtype name, bytes]");
     }
-    inside();
     if ((await cursor.next()) !== Tag.Array) fail("InvalidArray", "the shape is not an array of integers");
     const rank = cursor.length;
     if (rank > MAX_RANK) fail("InvalidArray", `the shape has ${rank} dimensions; numpy allows at most ${MAX_RANK}`);
@@ -476,11 +454,10 @@ class FlaxWalker {
       if (typeof dim === "bigint") fail("Unsupported", `the dimension ${dim} is past 2^53 - 1, the largest integer st-convert handles exactly`);
       shape.push(dim as number);
     }
-    inside();
+    if (cursor.position > end) fail("InvalidArray", "the payload is shorter than the values it declares");
     const nameTag = await cursor.next();
     // The reference unpacks the payload with raw=True, so the dtype name may be a str or a bin.
     if (nameTag !== Tag.Str && nameTag !== Tag.Bin) fail("InvalidArray", "the dtype name is not a string");
-    if (cursor.position + cursor.length > end) fail("InvalidArray", "the dtype name runs past the end of the payload");
     if (cursor.length > MAX_DTYPE_NAME_BYTES) fail("UnknownDtype", `a dtype name of ${cursor.length} bytes is no numpy dtype name`);
     const dtypeName = await cursor.string(cursor.length);
     const info = dtypeFromNumpyName(dtypeName);
@@ -490,15 +467,9 @@ class FlaxWalker {
     if ((await cursor.next()) !== Tag.Bin) fail("InvalidArray", "the array bytes are not a msgpack bin");
     const offset = cursor.position;
     const byteLength = cursor.length;
-    if (offset + byteLength !== end) {
-      fail("InvalidArray", offset + byteLength > end ? "the array bytes run past the end of the payload" : `${end - offset - byteLength} bytes follow the array bytes inside the payload`);
-    }
-    let expected: number;
-    try {
-      expected = tensorByteLength(info!.code, shape);
-    } catch (error) {
-      throw withContext(error, { tensor: name });
-    }
+    if (offset + byteLength !== end) fail("InvalidArray", `${end - offset - byteLength} bytes follow the array bytes inside the payload`);
+    // Its errors are named by #readArray.
+    const expected = tensorByteLength(info!.code, shape);
     if (expected !== byteLength) {
       fail("ByteLengthMismatch", `${info!.numpyName} shape [${shape.join(", ")}] needs ${expected} bytes, the payload holds ${byteLength}`);
     }
@@ -506,17 +477,25 @@ class FlaxWalker {
     return { dtype: info!.code, shape, offset, byteLength };
   }
 
-  #add(slot: Slot, dtype: Dtype, shape: readonly number[], ranges: readonly (readonly [number, number])[]): void {
-    if (slot.name.length > this.#maxNameLength) {
-      throw new StConvertError("LimitExceeded", `a name of ${slot.name.length} characters exceeds the limit of ${this.#maxNameLength}`);
+  #checkNameLength(name: string): void {
+    if (name.length > this.#maxNameLength) {
+      throw new StConvertError("LimitExceeded", `a name of ${name.length} characters exceeds the limit of ${this.#maxNameLength}`);
     }
+  }
+
+  #countArray(name: string): void {
+    if (++this.#arrays > this.#maxArrays) {
+      throw new StConvertError("LimitExceeded", `more than ${this.#maxArrays} arrays in one file`, { tensor: name });
+    }
+  }
+
+  #add(slot: Slot, dtype: Dtype, shape: readonly number[], ranges: readonly (readonly [number, number])[]): void {
+    this.#checkNameLength(slot.name);
     this.#found.push({ tensor: sourceTensor(this.#source, slot.name, dtype, shape, ranges), bad: slot.bad, sepInKey: slot.sepInKey });
   }
 
   #addScalar(slot: Slot, dtype: Dtype, bytes: Uint8Array): void {
-    if (++this.#arrays > this.#maxArrays) {
-      throw new StConvertError("LimitExceeded", `more than ${this.#maxArrays} arrays in one file`, { tensor: slot.name });
-    }
+    this.#countArray(slot.name);
     const tensor: FlaxTensor = {
       name: slot.name,
       dtype,

@@ -3,11 +3,11 @@
  * StConvertError with the code of the broken rule, without allocating what the file did not earn.
  */
 import { describe, expect, it } from "vitest";
-import { type ByteSource, isStConvertError, readTensorBytes } from "@st-convert/core";
+import { type ByteSource, readTensorBytes } from "@st-convert/core";
 import { type FlaxReadOptions, MAX_DEPTH, readFlax } from "@st-convert/flax";
 import { dims, hostileCases as cases, nest, pieces } from "./hostileCases.js";
 import { arr, cat, ext, f32, map, ndarray, str } from "./msgpackBytes.js";
-import { recordHostileCases } from "@st-convert/testing";
+import { errorCode, recordHostileCases } from "@st-convert/testing";
 
 // Cases that need non-default options test an overridden limit, not the command's behaviour.
 recordHostileCases("flax", ".msgpack", cases.filter(([, , , , options]) => options === undefined));
@@ -26,16 +26,13 @@ function recording(bytes: Uint8Array): { source: ByteSource; reads: [number, num
   return { source, reads };
 }
 
-async function outcome(bytes: Uint8Array | ByteSource, options?: FlaxReadOptions): Promise<string> {
-  try {
-    const file = await readFlax(bytes, options);
-    for (const t of file.tensors) await readTensorBytes(t);
-    return "ok";
-  } catch (error) {
-    if (!isStConvertError(error)) throw error;
-    return error.code;
-  }
-}
+const outcome = (bytes: Uint8Array | ByteSource, options?: FlaxReadOptions): Promise<string> =>
+  errorCode(
+    (async () => {
+      const file = await readFlax(bytes, options);
+      for (const t of file.tensors) await readTensorBytes(t);
+    })(),
+  );
 
 describe("hostile flax files", () => {
   it.each(cases.map(([attack, bytes, code, , options]) => ({ attack, bytes, code, options })))("$attack → $code", async ({ bytes, code, options }) => {
