@@ -8,11 +8,12 @@
 // warm (inputs were just written) and nothing is fsynced, for every contestant alike.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { measure as measureCommand } from "../scripts/measure.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const { values } = parseArgs({
@@ -31,7 +32,6 @@ const runs = Number(values.runs);
 const work = join(root, values.dir);
 const cli = join(root, "packages", "cli", "dist", "cli.js");
 const python = process.env.ST_CONVERT_REF_PYTHON ?? (existsSync(join(root, ".venv-ref/bin/python")) ? join(root, ".venv-ref/bin/python") : undefined);
-const timeBin = existsSync("/usr/bin/time") ? "/usr/bin/time" : undefined;
 const formats = spawnSync(process.execPath, [cli, "--help"], { encoding: "utf8" }).stdout;
 
 function parseSize(text) {
@@ -73,14 +73,9 @@ const LABELS = {
 };
 
 function measure(command, args) {
-  const timeFile = join(work, ".time");
-  const argv = timeBin ? [timeBin, "-f", "%M", "-o", timeFile, command, ...args] : [command, ...args];
-  const start = process.hrtime.bigint();
-  const run = spawnSync(argv[0], argv.slice(1), { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
-  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-  if (run.status !== 0) throw new Error(`${argv.join(" ")} failed (${run.status}):\n${run.stderr}`);
-  const rssKiB = timeBin ? Number(readFileSync(timeFile, "utf8").trim().split("\n").pop()) : NaN;
-  return { seconds, rssMiB: rssKiB / 1024 };
+  const run = measureCommand(command, args, work);
+  if (run.status !== 0) throw new Error(`${command} ${args.join(" ")} failed (${run.status}):\n${run.stderr}`);
+  return { seconds: run.seconds, rssMiB: run.rssMiB };
 }
 
 function variantCommand(variant, c, input, output) {
@@ -94,7 +89,18 @@ const median = (xs) => {
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
-const sha = (path) => createHash("sha256").update(readFileSync(path)).digest("hex");
+/** SHA-256 of a file, read in 8 MiB pieces (readFileSync stops at 2 GiB). */
+function sha(path) {
+  const hash = createHash("sha256");
+  const buffer = Buffer.allocUnsafe(8 * 1024 * 1024);
+  const fd = openSync(path, "r");
+  try {
+    for (let n; (n = readSync(fd, buffer)) > 0; ) hash.update(buffer.subarray(0, n));
+  } finally {
+    closeSync(fd);
+  }
+  return hash.digest("hex");
+}
 
 function gen(c, bytes, dir) {
   const input = join(dir, c.input);

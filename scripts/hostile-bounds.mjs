@@ -5,11 +5,12 @@
 //
 //   pnpm hostile [--keep DIR]
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { measure } from "./measure.mjs";
 
 const { values } = parseArgs({ options: { keep: { type: "string" } } });
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -28,17 +29,12 @@ const entries = readFileSync(join(corpus, "manifest.jsonl"), "utf8")
   .map((line) => JSON.parse(line));
 
 // 2. The command on each, measured.
-const timeBin = existsSync("/usr/bin/time") ? "/usr/bin/time" : undefined;
 const results = [];
 for (const entry of entries) {
   const input = join(corpus, entry.file);
   const output = join(corpus, "out.safetensors");
-  const timeFile = join(corpus, ".time");
-  const argv = [process.execPath, cli, input, output, "--force", "--quiet"];
-  const start = process.hrtime.bigint();
-  const run = spawnSync(timeBin ?? argv[0], timeBin ? ["-f", "%M", "-o", timeFile, ...argv] : argv.slice(1), { encoding: "utf8", timeout: 60_000 });
-  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-  const rssMB = timeBin ? Number(readFileSync(timeFile, "utf8").trim().split("\n").pop()) / 1024 : NaN;
+  const run = measure(process.execPath, [cli, input, output, "--force", "--quiet"], corpus, { timeout: 60_000 });
+  const { seconds, rssMiB: rssMB } = run;
   rmSync(output, { force: true });
   const lines = run.stderr.trim() === "" ? [] : run.stderr.trim().split("\n");
   const refusedAsExpected = entry.expected === "ok" ? run.status === 0 : run.status === 1 && lines.length === 1 && lines[0].includes(`[${entry.expected}]`);

@@ -57,13 +57,11 @@ export async function convert(input: string, output: string, options: ConvertOpt
   const formats = options.formats ?? FORMATS;
   const outputFormat = detectOutputFormat(output, options.to, formats);
   return withSource(input, async (source) => {
-    const inputFormat = await detectInputFormat(source, options.from, formats);
-    const context = { options: options.formatOptions ?? {}, onWarning: options.onWarning };
-    const tensors = transformTensors(await openTensors(inputFormat, source, { ...context, fileName: input }), options);
+    const { format: inputFormat, tensors } = await openInput(source, input, options, formats);
     const observed = observe(tensors, options.signal, options.onProgress);
     const sink = await createFileSink(output, { force: options.force ?? false });
     try {
-      await outputFormat.write(observed.source, sink, { ...context, fileName: output });
+      await outputFormat.write(observed.source, sink, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName: output });
       options.signal?.throwIfAborted();
       await sink.close();
     } catch (error) {
@@ -104,9 +102,7 @@ export interface FileReport {
 export async function inspect(input: string, options: InspectOptions = {}): Promise<FileReport> {
   const formats = options.formats ?? FORMATS;
   return withSource(input, async (source) => {
-    const format = await detectInputFormat(source, options.from, formats);
-    const opened = await openTensors(format, source, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName: input });
-    const tensors = transformTensors(opened, options);
+    const { format, tensors } = await openInput(source, input, options, formats);
     return {
       format: format.name,
       metadata: tensors.metadata,
@@ -126,16 +122,16 @@ async function withSource<T>(path: string, use: (source: FileSource) => Promise<
   }
 }
 
-async function openTensors(
-  format: TensorFormat,
+/** Recognises the input's format, reads its header and applies the transforms; errors are named by `withSource`. */
+async function openInput(
   source: FileSource,
-  context: { options: FormatOptionValues; onWarning?: (message: string) => void; fileName: string },
-): Promise<TensorSource> {
-  try {
-    return await format.open(source, context);
-  } catch (error) {
-    throw withContext(error, { file: source.name });
-  }
+  fileName: string,
+  options: InspectOptions,
+  formats: readonly TensorFormat[],
+): Promise<{ format: TensorFormat; tensors: TensorSource }> {
+  const format = await detectInputFormat(source, options.from, formats);
+  const opened = await format.open(source, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName });
+  return { format, tensors: transformTensors(opened, options) };
 }
 
 /**

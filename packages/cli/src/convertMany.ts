@@ -8,7 +8,7 @@ import { basename, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
 import { openFileSource } from "@st-convert/core/node";
-import { FORMATS, formatByExtension, formatByName, readHead } from "./formats.js";
+import { FORMATS, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
 
 /** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
 export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgress"> {
@@ -79,10 +79,7 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   let next = 0;
   const worker = async (): Promise<void> => {
     while (next < planned.length) {
-      if (options.signal?.aborted === true) {
-        summary.stopped = true;
-        return;
-      }
+      if (options.signal?.aborted === true) return;
       const index = next++;
       const job = planned[index]!;
       emit({ type: "start", job, index });
@@ -90,21 +87,20 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
     }
   };
   await Promise.all(Array.from({ length: Math.min(jobs, Math.max(planned.length, 1)) }, worker));
-  if (options.signal?.aborted === true && summary.converted.length + summary.skipped.length + summary.failed.length < planned.length + problems.length) {
-    summary.stopped = true;
-  }
+  // Stopped: a signal left jobs unattempted.
+  summary.stopped = summary.converted.length + summary.skipped.length + summary.failed.length < planned.length + problems.length;
   return summary;
 }
 
 async function runJob(job: BatchJob, options: ConvertManyOptions, summary: BatchSummary, emit: (event: BatchEvent) => void): Promise<void> {
+  const skip = () => {
+    const reason = "the output exists (--force replaces it)";
+    summary.skipped.push({ ...job, reason });
+    emit({ type: "skipped", job, reason });
+  };
   if (options.dryRun === true) {
-    if (options.force !== true && (await exists(job.output))) {
-      const reason = "the output exists (--force replaces it)";
-      summary.skipped.push({ ...job, reason });
-      emit({ type: "skipped", job, reason });
-    } else {
-      summary.converted.push({ ...job });
-    }
+    if (options.force !== true && (await exists(job.output))) skip();
+    else summary.converted.push({ ...job });
     return;
   }
   try {
@@ -118,9 +114,7 @@ async function runJob(job: BatchJob, options: ConvertManyOptions, summary: Batch
     emit({ type: "converted", job, result });
   } catch (error) {
     if (isStConvertError(error) && error.code === "OutputExists") {
-      const reason = "the output exists (--force replaces it)";
-      summary.skipped.push({ ...job, reason });
-      emit({ type: "skipped", job, reason });
+      skip();
       return;
     }
     const message = describeError(error);
@@ -225,10 +219,8 @@ async function looksLikeItsFormat(path: string, formats: readonly TensorFormat[]
 
 /** `a/b.npz` → `a/b.safetensors`: the known input extension replaced, or the output's appended. */
 function withExtension(path: string, to: TensorFormat, formats: readonly TensorFormat[]): string {
-  const from = formatByExtension(path, formats);
-  const lower = path.toLowerCase();
-  const ext = from?.extensions.filter((e) => lower.endsWith(e)).sort((a, b) => b.length - a.length)[0];
-  const stem = ext === undefined ? path : path.slice(0, path.length - ext.length);
+  const extension = matchExtension(path, formats)?.extension;
+  const stem = extension === undefined ? path : path.slice(0, path.length - extension.length);
   return `${stem}${to.extensions[0] ?? `.${to.name}`}`;
 }
 

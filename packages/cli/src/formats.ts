@@ -23,15 +23,16 @@ export function formatByName(name: string, formats: readonly TensorFormat[] = FO
 
 /** The format whose extension `path` ends with, if any. */
 export function formatByExtension(path: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat | undefined {
+  return matchExtension(path, formats)?.format;
+}
+
+/** The longest registered extension `path` ends with (case-insensitive), and its format. */
+export function matchExtension(path: string, formats: readonly TensorFormat[] = FORMATS): { format: TensorFormat; extension: string } | undefined {
   const lower = path.toLowerCase();
-  let best: TensorFormat | undefined;
-  let bestLength = 0;
+  let best: { format: TensorFormat; extension: string } | undefined;
   for (const format of formats) {
-    for (const ext of format.extensions) {
-      if (lower.endsWith(ext) && ext.length > bestLength) {
-        best = format;
-        bestLength = ext.length;
-      }
+    for (const extension of format.extensions) {
+      if (lower.endsWith(extension) && extension.length > (best?.extension.length ?? 0)) best = { format, extension };
     }
   }
   return best;

@@ -56,10 +56,12 @@ type ParsedValues = Record<string, string | boolean | (string | boolean)[] | und
 export async function main(argv: readonly string[], io: CliIo, formats: readonly TensorFormat[] = FORMATS): Promise<number> {
   const formatOptions = collectFormatOptions(formats);
   let debug = argv.includes("--debug");
-  const progress = io.stderrIsTTY === true && !argv.includes("--quiet") && !argv.includes("-q") ? createProgressLine(io.stderr, io.columns) : undefined;
+  let progress: ProgressLine | undefined;
   try {
     const { values, positionals } = parseCommandLine(argv, formatOptions);
     debug = values.debug === true;
+    const quiet = values.quiet === true;
+    if (io.stderrIsTTY === true && !quiet) progress = createProgressLine(io.stderr, io.columns);
     if (values.help === true) {
       io.stdout(helpText(formats, formatOptions));
       return EXIT_OK;
@@ -68,7 +70,6 @@ export async function main(argv: readonly string[], io: CliIo, formats: readonly
       io.stdout(`${version()}\n`);
       return EXIT_OK;
     }
-    const quiet = values.quiet === true;
     const warn = quiet
       ? undefined
       : (message: string) => {
@@ -83,14 +84,14 @@ export async function main(argv: readonly string[], io: CliIo, formats: readonly
       ...transformOptions(values),
     };
 
-    if (positionals[0] === "info" && stringValue(values, "out-dir") === undefined) {
+    const outDir = stringValue(values, "out-dir");
+    if (positionals[0] === "info" && outDir === undefined) {
       if (positionals.length !== 2) throw new UsageError("info takes one file: st-convert info <file> [--json]");
       const report = await inspect(positionals[1]!, common);
       io.stdout(values.json === true ? `${JSON.stringify(infoJson(report), null, 2)}\n` : infoTable(positionals[1]!, report));
       return EXIT_OK;
     }
 
-    const outDir = stringValue(values, "out-dir");
     if (outDir !== undefined) {
       const to = stringValue(values, "to");
       if (to === undefined) throw new UsageError("--out-dir needs --to FORMAT (the format of the outputs)");

@@ -40,13 +40,14 @@ export function transformTensors(source: TensorSource, options: TransformOptions
   if (isIdentity(options)) return source;
   const filter = options.filter ?? [];
   const exclude = options.exclude ?? [];
-  const rename = options.rename ?? [];
+  // Global copies made once, not per tensor: String#replace needs the g flag to replace every match.
+  const rename = (options.rename ?? []).map((rule) => ({ pattern: globalCopy(rule.pattern), replacement: rule.replacement }));
   const renamedFrom = new Map<string, string>();
   const tensors: TensorEntry[] = [];
   for (const entry of source.tensors) {
     if (filter.length > 0 && !filter.some((re) => matches(re, entry.name))) continue;
     if (exclude.some((re) => matches(re, entry.name))) continue;
-    const name = rename.reduce((n, rule) => n.replace(globalCopy(rule.pattern), rule.replacement), entry.name);
+    const name = rename.reduce((n, rule) => n.replace(rule.pattern, rule.replacement), entry.name);
     const clash = renamedFrom.get(name);
     if (clash !== undefined) {
       throw new StConvertError("InvalidArgument", `--rename maps both ${quoteName(clash)} and ${quoteName(entry.name)} to ${quoteName(name)}`, {

@@ -156,6 +156,26 @@ export async function* readRange(source: ByteSource, offset: number, length: num
 }
 
 /**
+ * A sink that writes into `out` from its first byte on, for outputs whose size is known before
+ * writing (no copy beyond the one into `out`).
+ * @throws StConvertError `ByteLengthMismatch` on a write past the end of `out`.
+ */
+export function arraySink(out: Uint8Array): ByteSink {
+  let at = 0;
+  return {
+    async write(chunk) {
+      if (at + chunk.byteLength > out.byteLength) {
+        throw new StConvertError("ByteLengthMismatch", `write past the ${out.byteLength} bytes of the output`);
+      }
+      out.set(chunk, at);
+      at += chunk.byteLength;
+    },
+    async close() {},
+    async abort() {},
+  };
+}
+
+/**
  * A sink that keeps everything in memory; for tests, small files and browsers.
  * `bytes()` concatenates what was written (at most 4 GiB, a Node `Buffer` limit).
  */

@@ -3,7 +3,7 @@
  * lazily, in C order and little-endian; a writer takes all entries first, then pulls their bytes
  * in the order its format wants.
  */
-import { DEFAULT_CHUNK_SIZE } from "./ByteSource.js";
+import { type ByteSink, DEFAULT_CHUNK_SIZE, arraySink } from "./ByteSource.js";
 import { type Dtype, dtypeInfo, tensorByteLength } from "./dtypes.js";
 import { StConvertError, withContext } from "./StConvertError.js";
 
@@ -91,9 +91,56 @@ export function checkedByteLength(info: TensorInfo): number {
 }
 
 /**
+ * A tensor's chunks, refused if they do not add up to exactly the byte length it declares: the
+ * one place that holds every reader to its word, for every consumer (writers, `readTensorBytes`).
+ * Stops reading as soon as a reader delivers too much.
+ * @throws StConvertError `ByteLengthMismatch` naming the tensor.
+ */
+export async function* exactChunks(tensor: TensorEntry, options: ChunkOptions = {}): AsyncGenerator<Uint8Array> {
+  let delivered = 0;
+  for await (const chunk of tensor.chunks(options)) {
+    delivered += chunk.byteLength;
+    if (delivered > tensor.byteLength) break;
+    yield chunk;
+  }
+  if (delivered !== tensor.byteLength) {
+    throw new StConvertError(
+      "ByteLengthMismatch",
+      `the reader delivered ${delivered > tensor.byteLength ? "more than" : "only"} ${delivered} of the ${tensor.byteLength} bytes it declared`,
+      { tensor: tensor.name },
+    );
+  }
+}
+
+/**
+ * Copies one tensor's bytes to a sink, reading the next chunk while the previous one is written,
+ * and checks that the tensor delivers exactly the byte count it declared.
+ * @throws StConvertError `ByteLengthMismatch`, and what the reader or the sink throw, naming the tensor.
+ */
+export async function pipeTensor(tensor: TensorEntry, sink: ByteSink, chunkSize = DEFAULT_CHUNK_SIZE): Promise<void> {
+  // reuse: each chunk is written (and the sink keeps no reference) before the one after next is asked for.
+  const chunks = exactChunks(tensor, { chunkSize, reuse: true });
+  try {
+    let next = chunks.next();
+    for (;;) {
+      const { done, value } = await next;
+      if (done === true) return;
+      // The next chunk is pulled (and whatever the reader computes on it, a CRC say, runs) while
+      // this one is written; marked handled so that a failing read is reported when awaited.
+      next = chunks.next();
+      next.catch(() => {});
+      await sink.write(value);
+    }
+  } catch (error) {
+    throw withContext(error, { tensor: tensor.name });
+  }
+}
+
+/**
  * All of one tensor's bytes in one array. Meant for tensors that fit in memory; streaming
  * consumers use `chunks()`.
- * @throws StConvertError `LimitExceeded` past `maxBytes` (default 2^32 − 1, the largest `Uint8Array` Node 20 makes).
+ * @throws StConvertError `LimitExceeded` past `maxBytes` (default 2^32 − 1, the largest `Uint8Array`
+ *   Node 20 makes), `ByteLengthMismatch` when the reader delivers another byte count.
  */
 export async function readTensorBytes(entry: TensorEntry, maxBytes = 2 ** 32 - 1): Promise<Uint8Array> {
   if (entry.byteLength > maxBytes) {
@@ -102,17 +149,7 @@ export async function readTensorBytes(entry: TensorEntry, maxBytes = 2 ** 32 - 1
     });
   }
   const out = new Uint8Array(entry.byteLength);
-  let at = 0;
-  for await (const chunk of entry.chunks()) {
-    if (at + chunk.byteLength > out.byteLength) break;
-    out.set(chunk, at);
-    at += chunk.byteLength;
-  }
-  if (at !== out.byteLength) {
-    throw new StConvertError("ByteLengthMismatch", `the reader delivered a byte count other than the ${entry.byteLength} it declared`, {
-      tensor: entry.name,
-    });
-  }
+  await pipeTensor(entry, arraySink(out));
   return out;
 }
 

@@ -109,9 +109,7 @@ export function dtypeInfo(code: string): DtypeInfo {
  *   `Unsupported` when the length is past `Number.MAX_SAFE_INTEGER`.
  */
 export function tensorByteLength(dtype: Dtype, shape: readonly number[]): number {
-  let elements = 1n;
-  for (const dim of shape) elements *= BigInt(dim);
-  const bits = elements * BigInt(dtypeInfo(dtype).bits);
+  const bits = shapeProduct(shape) * BigInt(dtypeInfo(dtype).bits);
   if (bits % 8n !== 0n) {
     throw new StConvertError(
       "MisalignedSlice",
@@ -123,9 +121,14 @@ export function tensorByteLength(dtype: Dtype, shape: readonly number[]): number
 
 /** Elements in a tensor of this shape (1 for a 0-d tensor). */
 export function elementCount(shape: readonly number[]): number {
+  return toSafeNumber(shapeProduct(shape), "element count");
+}
+
+/** The product of the dims, exact (a product of numbers could pass 2^53 and round). */
+function shapeProduct(shape: readonly number[]): bigint {
   let elements = 1n;
   for (const dim of shape) elements *= BigInt(dim);
-  return toSafeNumber(elements, "element count");
+  return elements;
 }
 
 /**

@@ -5,7 +5,7 @@
  * `read_metadata`, `Metadata::validate`, `prepare`, `serialize`). Layout: u64 LE header length N,
  * N bytes of UTF-8 JSON padded with spaces, then the tensors' bytes, contiguous, in offset order.
  */
-import { type ByteInput, type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, readRange, toByteSource } from "./ByteSource.js";
+import { type ByteInput, type ByteSink, type ByteSource, arraySink, readRange, toByteSource } from "./ByteSource.js";
 import { type Dtype, dtypeInfo, toSafeNumber } from "./dtypes.js";
 import { MAX_HEADER_DEPTH, parseSafetensorsHeader } from "./parseSafetensorsHeader.js";
 import { StConvertError, quoteName, withContext } from "./StConvertError.js";
@@ -18,6 +18,7 @@ import {
   checkMetadata,
   checkedByteLength,
   compareCodePoints,
+  pipeTensor,
 } from "./Tensor.js";
 import type { TensorFormat } from "./TensorFormat.js";
 
@@ -279,46 +280,7 @@ export async function writeSafetensors(
   sink: ByteSink,
   options: SafetensorsWriteOptions = {},
 ): Promise<void> {
-  const layout = layoutSafetensors(source.tensors, source.metadata, options.maxHeaderSize);
-  await sink.write(layout.header);
-  for (const tensor of layout.order) {
-    await pipeTensor(tensor, sink, options.chunkSize);
-  }
-}
-
-/**
- * Copies one tensor's bytes to a sink, reading the next chunk while the previous one is written,
- * and checks that the tensor delivers exactly the byte count it declared.
- * @throws StConvertError `ByteLengthMismatch`.
- */
-export async function pipeTensor(tensor: TensorEntry, sink: ByteSink, chunkSize = DEFAULT_CHUNK_SIZE): Promise<void> {
-  // reuse: each chunk is written (and the sink keeps no reference) before the one after next is asked for.
-  const chunks = tensor.chunks({ chunkSize, reuse: true })[Symbol.asyncIterator]();
-  let written = 0;
-  let next = chunks.next();
-  try {
-    for (;;) {
-      const { done, value } = await next;
-      if (done) break;
-      written += value.byteLength;
-      if (written > tensor.byteLength) break;
-      next = chunks.next();
-      // The next read runs while this chunk is written; mark it handled now so that a failing
-      // read is reported when awaited, not as an unhandled rejection in between.
-      next.catch(() => {});
-      await sink.write(value);
-    }
-  } catch (error) {
-    throw withContext(error, { tensor: tensor.name });
-  }
-  if (written !== tensor.byteLength) {
-    await chunks.return?.();
-    throw new StConvertError(
-      "ByteLengthMismatch",
-      `the reader delivered ${written > tensor.byteLength ? "more than" : "only"} ${written} of the ${tensor.byteLength} bytes it declared`,
-      { tensor: tensor.name },
-    );
-  }
+  await writeLayout(layoutSafetensors(source.tensors, source.metadata, options.maxHeaderSize), sink, options.chunkSize);
 }
 
 /**
@@ -327,19 +289,15 @@ export async function pipeTensor(tensor: TensorEntry, sink: ByteSink, chunkSize 
  */
 export async function serializeSafetensors(source: TensorSource, options: SafetensorsWriteOptions = {}): Promise<Uint8Array> {
   const layout = layoutSafetensors(source.tensors, source.metadata, options.maxHeaderSize);
+  // The layout gives the size, so the file is written straight into its final array.
   const out = new Uint8Array(layout.fileSize);
-  out.set(layout.header);
-  let at = layout.header.byteLength;
-  const sink: ByteSink = {
-    async write(chunk) {
-      out.set(chunk, at);
-      at += chunk.byteLength;
-    },
-    async close() {},
-    async abort() {},
-  };
-  for (const tensor of layout.order) await pipeTensor(tensor, sink, options.chunkSize);
+  await writeLayout(layout, arraySink(out), options.chunkSize);
   return out;
+}
+
+async function writeLayout(layout: SafetensorsLayout<TensorEntry>, sink: ByteSink, chunkSize: number | undefined): Promise<void> {
+  await sink.write(layout.header);
+  for (const tensor of layout.order) await pipeTensor(tensor, sink, chunkSize);
 }
 
 /** The safetensors format, as registered with the `st-convert` command. */

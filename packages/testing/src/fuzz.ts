@@ -26,7 +26,11 @@ export const FUZZ_INPUT_TIMEOUT_MS = 5_000;
 
 const brand = Symbol.for("st-convert.error");
 
-function isProjectError(error: unknown): error is { code: string } {
+/**
+ * True for an StConvertError with a code. The brand is checked directly: this package does not
+ * depend on core (core's tests depend on it), and the brand is what `isStConvertError` checks too.
+ */
+export function isProjectError(error: unknown): error is { code: string } {
   return typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[brand] === true && typeof (error as { code: unknown }).code === "string";
 }
 

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { isProjectError } from "./fuzz.js";
 
 /** The repository root. */
 export const REPO_ROOT = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
@@ -132,7 +133,7 @@ export function runReadmeSynopsis(packageDir: string): string {
     work.cleanup();
   }
 }
-export { FUZZ_INPUT_TIMEOUT_MS, type FuzzTarget, fuzzReader, fuzzRuns, fuzzSeed, fuzzTimeout } from "./fuzz.js";
+export { FUZZ_INPUT_TIMEOUT_MS, type FuzzTarget, fuzzReader, fuzzRuns, fuzzSeed, fuzzTimeout, isProjectError } from "./fuzz.js";
 export { type HostileCorpusEntry, recordHostileCases } from "./hostileCorpus.js";
 
 /** Deterministic pseudo-random bytes (xorshift32), so that test data is reproducible. */
@@ -154,9 +155,8 @@ export async function errorCode(promise: Promise<unknown>): Promise<string> {
     await promise;
     return "ok";
   } catch (error) {
-    const code = (error as { code?: unknown } | null)?.code;
-    if (typeof error !== "object" || error === null || (error as Record<symbol, unknown>)[Symbol.for("st-convert.error")] !== true || typeof code !== "string") throw error;
-    return code;
+    if (!isProjectError(error)) throw error;
+    return error.code;
   }
 }
 
