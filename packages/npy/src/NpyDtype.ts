@@ -50,25 +50,24 @@ const TYPE_CODES: Readonly<Record<string, Dtype>> = {
   F: "C64",
 };
 
-/** Kinds numpy knows that safetensors cannot hold, by what a user would call them. */
-const UNSUPPORTED_KINDS: Readonly<Record<string, string>> = {
+/** Kinds and type codes numpy knows that safetensors cannot hold, by what a user would call them. */
+const UNSUPPORTED_STRINGS_AND_OBJECTS: Readonly<Record<string, string>> = {
   S: "bytes strings (S)",
-  a: "bytes strings (S)",
   U: "unicode strings (U)",
   O: "Python objects (O), stored as a pickle that st-convert never unpickles",
   M: "datetime64 (M)",
   m: "timedelta64 (m)",
 };
 
+/** Kinds of a typestr (`<U8`) that safetensors cannot hold. */
+const UNSUPPORTED_KINDS: Readonly<Record<string, string>> = { ...UNSUPPORTED_STRINGS_AND_OBJECTS, a: "bytes strings (S)" };
+
+/** One-character type codes (`D`) that safetensors cannot hold. */
 const UNSUPPORTED_CODES: Readonly<Record<string, string>> = {
+  ...UNSUPPORTED_STRINGS_AND_OBJECTS,
   D: "complex128",
   G: "complex256 (long double complex)",
   g: "longdouble",
-  S: "bytes strings (S)",
-  U: "unicode strings (U)",
-  O: "Python objects (O), stored as a pickle that st-convert never unpickles",
-  M: "datetime64 (M)",
-  m: "timedelta64 (m)",
   V: "void",
 };
 
@@ -160,7 +159,13 @@ export interface DtypeDeclarations {
 }
 
 /** No declarations. */
-export const NO_DECLARATIONS: DtypeDeclarations = { all: new Map(), byTensor: new Map() };
+const NO_DECLARATIONS: DtypeDeclarations = { all: new Map(), byTensor: new Map() };
+
+/** `parseDtypeDeclarations` unless already parsed. */
+export function declarationsOf(dtypes: readonly string[] | DtypeDeclarations | undefined): DtypeDeclarations {
+  if (dtypes === undefined) return NO_DECLARATIONS;
+  return "all" in dtypes ? dtypes : parseDtypeDeclarations(dtypes);
+}
 
 /**
  * Parses declarations such as `V2=BF16`, `V1=F8_E4M3` (for every tensor) and `emb:V2=BF16` (for

@@ -177,7 +177,8 @@ export async function readNpyHeader(head: (length: number) => Promise<Uint8Array
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-function startsWithMagic(bytes: Uint8Array): boolean {
+/** True when `bytes` start with {@link NPY_MAGIC} (false when they are shorter). */
+export function startsWithMagic(bytes: Uint8Array): boolean {
   return NPY_MAGIC.every((b, i) => bytes[i] === b);
 }
 

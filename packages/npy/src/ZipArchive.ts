@@ -11,7 +11,7 @@
  * ZIP64 extra field while the central directory holds the real 32-bit values (formats.md §2.6).
  */
 import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, readRange } from "@st-convert/core";
-import { settleAll } from "./settleAll.js";
+import { settleInBatches } from "./settleAll.js";
 import type { Codec } from "./Codec.js";
 import type { Payload } from "./Payload.js";
 
@@ -137,7 +137,6 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
   const endOffset = tailStart + at;
   const commentLength = tv.getUint16(at + 20, true);
   const comment = new Uint8Array(tail.subarray(at + END_SIZE, at + END_SIZE + commentLength));
-  let count = tv.getUint16(at + 10, true);
   let directorySize = tv.getUint32(at + 12, true);
   let directoryOffset = tv.getUint32(at + 16, true);
   let zip64 = false;
@@ -153,7 +152,9 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
         const end64 = view(await source.read(end64At, END64_SIZE));
         if (end64.getUint32(0, true) === SIG_END64) {
           zip64 = true;
-          count = u64(end64, 32, "entry count");
+          // zipfile walks the directory by its size and ignores the count; so do we, but a count
+          // past any file is refused like the other fields.
+          u64(end64, 32, "entry count");
           directorySize = u64(end64, 40, "central directory size");
           directoryOffset = u64(end64, 48, "central directory offset");
         }
@@ -167,7 +168,6 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
   if (directorySize > maxDirectorySize) {
     throw new StConvertError("LimitExceeded", `central directory of ${directorySize} bytes is larger than the limit of ${maxDirectorySize}`);
   }
-  void count; // zipfile walks the directory by its size and ignores the count; so do we.
 
   const directory = await source.read(start, directorySize);
   const dv = view(directory);
@@ -245,11 +245,7 @@ function decodeName(bytes: Uint8Array, flags: number): string {
  */
 export async function locateMembers(source: ByteSource, directory: ZipDirectory, options: ZipReadOptions = {}): Promise<ZipMember[]> {
   const maxMemberSize = options.maxMemberSize ?? MAX_NPZ_MEMBER_SIZE;
-  const members: ZipMember[] = [];
-  for (let i = 0; i < directory.entries.length; i += HEADERS_IN_FLIGHT) {
-    const batch = directory.entries.slice(i, i + HEADERS_IN_FLIGHT);
-    members.push(...(await settleAll(batch.map((entry) => locate(source, entry)))));
-  }
+  const members = await settleInBatches(directory.entries, HEADERS_IN_FLIGHT, (entry) => locate(source, entry));
   const byOffset = [...members].sort((a, b) => b.headerOffset - a.headerOffset);
   let end = directory.directoryOffset;
   for (const m of byOffset) {
@@ -448,14 +444,9 @@ function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
 
 // ----- writer -----
 
-interface WrittenEntry {
+/** A member as the writer records it for the central directory: its name as encoded. */
+interface WrittenEntry extends Omit<ZipEntry, "name"> {
   readonly name: Uint8Array;
-  readonly flags: number;
-  readonly method: number;
-  readonly crc32: number;
-  readonly compressedSize: number;
-  readonly size: number;
-  readonly offset: number;
 }
 
 const encoder = new TextEncoder();
@@ -489,11 +480,6 @@ export class ZipWriter {
   constructor(sink: ByteSink, codec: Codec) {
     this.#sink = sink;
     this.#codec = codec;
-  }
-
-  /** Bytes written so far. */
-  get offset(): number {
-    return this.#offset;
   }
 
   async #put(bytes: Uint8Array): Promise<void> {
@@ -544,7 +530,7 @@ export class ZipWriter {
     if (written !== size || crc !== crc32) {
       throw new StConvertError("ByteLengthMismatch", `member ${JSON.stringify(name)}: its bytes changed between the pass that measured them and the pass that wrote them`);
     }
-    this.#entries.push({ name: bytes, flags, method: 0, crc32, compressedSize: size, size, offset });
+    this.#entries.push({ name: bytes, flags, method: 0, crc32, compressedSize: size, size, headerOffset: offset });
   }
 
   /**
@@ -579,7 +565,7 @@ export class ZipWriter {
     v.setBigUint64(8, BigInt(compressedSize), true);
     v.setBigUint64(16, BigInt(size), true);
     await this.#put(descriptor);
-    this.#entries.push({ name: bytes, flags, method, crc32: crc, compressedSize, size, offset });
+    this.#entries.push({ name: bytes, flags, method, crc32: crc, compressedSize, size, headerOffset: offset });
   }
 
   /**
@@ -634,7 +620,7 @@ function centralEntry(entry: WrittenEntry): Uint8Array {
   const zip64: number[] = [];
   let size = entry.size;
   let compressedSize = entry.compressedSize;
-  let offset = entry.offset;
+  let offset = entry.headerOffset;
   if (size > ZIP64_LIMIT || compressedSize > ZIP64_LIMIT) {
     zip64.push(size, compressedSize);
     size = compressedSize = 0xffffffff;

@@ -38,7 +38,8 @@ export const npyFormat: TensorFormat = {
   async open(source, context) {
     const { readNpy } = await import("./npy.js");
     return readNpy(source, {
-      name: stringOption(context.options, "name") ?? fileStem(context.fileName) ?? fileStem(source.name),
+      // Else readNpy names it after the source, else "arr_0".
+      name: stringOption(context.options, "name") ?? fileStem(context.fileName),
       dtypes: stringListOption(context.options, "dtype"),
       onWarning: context.onWarning,
     });

@@ -11,7 +11,7 @@
  * the others concurrently) into a buffer that holds the box in stored order, whose axes are then
  * reversed in memory by cache-blocked 2-D transposes.
  */
-
+import { readRange } from "@st-convert/core";
 import { settleAll } from "./settleAll.js";
 
 /**
@@ -130,7 +130,13 @@ async function gather(reader: RangeReader, plan: GatherPlan, itemSize: number, d
   const strideBytes = runStride * itemSize;
   const first = start * itemSize;
   if (runs === 1 || strideBytes === runBytes) {
-    await readSpans(reader, first, runs * runBytes, SPAN, (span, at) => dst.set(span, at));
+    // One contiguous range, in spans, the next read (one at most, so forward-only readers too) in flight while a span is copied.
+    const length = runs * runBytes;
+    let at = 0;
+    for await (const span of readRange({ size: first + length, read: (offset, n) => reader.read(offset, n) }, first, length, { chunkSize: SPAN })) {
+      dst.set(span, at);
+      at += span.byteLength;
+    }
     return;
   }
   const gap = strideBytes - runBytes;
@@ -173,25 +179,6 @@ async function gather(reader: RangeReader, plan: GatherPlan, itemSize: number, d
       const from = (k - k0) * strideBytes;
       dst.set(span.subarray(from, from + runBytes), k * runBytes);
     }
-  }
-}
-
-/**
- * Reads `[offset, offset + length)` in spans of at most `span` bytes, the next read running while
- * the previous span is handed to `use(span, positionInRange)`.
- */
-async function readSpans(reader: RangeReader, offset: number, length: number, span: number, use: (bytes: Uint8Array, at: number) => void): Promise<void> {
-  if (length === 0) return;
-  const read = (at: number) => reader.read(offset + at, Math.min(span, length - at));
-  let next = read(0);
-  for (let at = 0; at < length; at += span) {
-    const bytes = await next;
-    // One read ahead at most, issued after the previous one settled: fine for forward-only readers too.
-    if (at + span < length) {
-      next = read(at + span);
-      next.catch(() => {});
-    }
-    use(bytes, at);
   }
 }
 

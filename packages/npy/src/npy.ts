@@ -19,7 +19,7 @@ import {
   withContext,
 } from "@st-convert/core";
 import { encodeNpyHeader, type NpyHeader, type NpyVersion } from "./NpyHeader.js";
-import { type DtypeDeclarations, descrOfDtype, isVoidInNumpy, NO_DECLARATIONS, parseDtypeDeclarations } from "./NpyDtype.js";
+import { type DtypeDeclarations, declarationsOf, descrOfDtype, isVoidInNumpy } from "./NpyDtype.js";
 import { openNpyArray } from "./openNpyArray.js";
 import { sourcePayload } from "./Payload.js";
 
@@ -61,12 +61,6 @@ export interface NpyFile extends TensorSource {
   /** Always null: a `.npy` file has no room for metadata. */
   readonly metadata: null;
   readonly tensors: readonly [TensorEntry];
-}
-
-/** `parseDtypeDeclarations` unless already parsed. */
-export function declarationsOf(dtypes: readonly string[] | DtypeDeclarations | undefined): DtypeDeclarations {
-  if (dtypes === undefined) return NO_DECLARATIONS;
-  return "all" in dtypes ? dtypes : parseDtypeDeclarations(dtypes);
 }
 
 /**

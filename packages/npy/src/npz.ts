@@ -21,16 +21,17 @@ import {
   checkedByteLength,
   compareCodePoints,
   createMetadata,
+  exactChunks,
   isDtype,
   toByteSource,
   withContext,
 } from "@st-convert/core";
 import { type Codec, loadCodec } from "./Codec.js";
-import { encodeNpyHeader, NPY_MAGIC } from "./NpyHeader.js";
-import { descrOfDtype, isVoidInNumpy } from "./NpyDtype.js";
-import { type NpyReadOptionsBase, declarationsOf } from "./npy.js";
+import { encodeNpyHeader, NPY_MAGIC, startsWithMagic } from "./NpyHeader.js";
+import { declarationsOf, descrOfDtype, isVoidInNumpy } from "./NpyDtype.js";
+import type { NpyReadOptionsBase } from "./npy.js";
 import { openNpyArray } from "./openNpyArray.js";
-import { settleAll } from "./settleAll.js";
+import { settleInBatches } from "./settleAll.js";
 import { type ZipReadOptions, ZipWriter, encodeName, locateMembers, memberPayload, readZipDirectory } from "./ZipArchive.js";
 
 /** The `format` field that marks an archive comment as st-convert's. */
@@ -83,22 +84,17 @@ export async function readNpz(input: ByteInput, options: NpzReadOptions = {}): P
     const comment = parseComment(directory.comment);
     const declarations = declarationsOf(options.dtypes);
     const members = await locateMembers(source, directory, options);
-    const opened: (TensorEntry | string)[] = [];
-    for (let i = 0; i < members.length; i += MEMBERS_IN_FLIGHT) {
-      const batch = members.slice(i, i + MEMBERS_IN_FLIGHT).map(async (member): Promise<TensorEntry | string> => {
-        const name = member.name.endsWith(".npy") ? member.name.slice(0, -4) : member.name;
-        try {
-          const payload = memberPayload(source, member, codec);
-          const head = await payload.head(NPY_MAGIC.byteLength);
-          if (head.byteLength < NPY_MAGIC.byteLength || !NPY_MAGIC.every((b, j) => head[j] === b)) return member.name;
-          const array = await openNpyArray(payload, name, { ...options, declarations, recorded: comment?.dtypes[name], file: source.name });
-          return array.tensor;
-        } catch (error) {
-          throw withContext(error, { tensor: name });
-        }
-      });
-      opened.push(...(await settleAll(batch)));
-    }
+    const opened = await settleInBatches(members, MEMBERS_IN_FLIGHT, async (member): Promise<TensorEntry | string> => {
+      const name = member.name.endsWith(".npy") ? member.name.slice(0, -4) : member.name;
+      try {
+        const payload = memberPayload(source, member, codec);
+        if (!startsWithMagic(await payload.head(NPY_MAGIC.byteLength))) return member.name;
+        const array = await openNpyArray(payload, name, { ...options, declarations, recorded: comment?.dtypes[name], file: source.name });
+        return array.tensor;
+      } catch (error) {
+        throw withContext(error, { tensor: name });
+      }
+    });
     const tensors: TensorEntry[] = [];
     const skipped: string[] = [];
     const seen = new Set<string>();
@@ -225,7 +221,7 @@ export async function writeNpz(source: TensorSource, sink: ByteSink, options: Np
   for (const [i, tensor] of source.tensors.entries()) {
     const header = headers[i]!;
     const member = `${tensor.name}.npy`;
-    const data = () => withHeader(header, exactly(tensor, chunkSize));
+    const data = () => withHeader(header, readingAhead(exactChunks(tensor, { chunkSize })));
     try {
       if (options.compress === true) await zip.addStreamed(member, data(), COMPRESSION_LEVEL);
       else if (options.crcPrePass !== false) {
@@ -251,27 +247,22 @@ async function* withHeader(header: Uint8Array, data: AsyncIterable<Uint8Array>):
 }
 
 /**
- * A tensor's chunks, the next one read while the consumer handles the current one, refused if
- * they do not add up to the tensor's byte length.
+ * `chunks`, the next one pulled while the consumer handles the current one, so that reading (and
+ * a byte swap or an inflate) overlaps the CRC, the deflate and the write.
  */
-async function* exactly(tensor: TensorEntry, chunkSize: number): AsyncGenerator<Uint8Array> {
-  const chunks = tensor.chunks({ chunkSize })[Symbol.asyncIterator]();
-  let delivered = 0;
-  let next = chunks.next();
+async function* readingAhead(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+  const iterator = chunks[Symbol.asyncIterator]();
+  let next = iterator.next();
   try {
     for (;;) {
       const { done, value } = await next;
-      if (done === true) break;
-      delivered += value.byteLength;
-      if (delivered > tensor.byteLength) break;
-      next = chunks.next();
+      if (done === true) return;
+      next = iterator.next();
+      // Marked handled now: a failing read is reported when awaited, not as an unhandled rejection.
       next.catch(() => {});
       yield value;
     }
   } finally {
-    await chunks.return?.();
-  }
-  if (delivered !== tensor.byteLength) {
-    throw new StConvertError("ByteLengthMismatch", `the reader delivered ${delivered > tensor.byteLength ? "more than" : "only"} ${delivered} of the ${tensor.byteLength} bytes it declared`);
+    await iterator.return?.();
   }
 }

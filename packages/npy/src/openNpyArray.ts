@@ -4,7 +4,7 @@
  * little-endian, byte-swapped and repacked from Fortran order on the fly.
  */
 import { DEFAULT_CHUNK_SIZE, type Dtype, StConvertError, type TensorEntry, toSafeNumber, withContext } from "@st-convert/core";
-import { type FORTRAN_SLAB_SIZE, fortranToC } from "./fortranToC.js";
+import { type FORTRAN_SLAB_SIZE, type RangeReader, fortranToC } from "./fortranToC.js";
 import { type NpyHeader, type NpyHeaderOptions, type NpyVersion, readNpyHeader } from "./NpyHeader.js";
 import { type DtypeDeclarations, parseDescr, resolveVoid } from "./NpyDtype.js";
 import { type Payload, StreamCursor } from "./Payload.js";
@@ -89,30 +89,28 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
 
   async function* repacked(block: number): AsyncGenerator<Uint8Array> {
     const random = payload.random;
-    if (random !== undefined) {
-      const intoSync = payload.randomIntoSync;
-      const reader = {
+    const intoSync = payload.randomIntoSync;
+    let reader: RangeReader;
+    let cursor: StreamCursor | undefined;
+    if (random === undefined) {
+      // A forward-only payload, read in passes. No reuse: the cursor keeps chunks across its reads.
+      reader = cursor = new StreamCursor(() => payload.range(dataOffset, byteLength, { chunkSize: CURSOR_CHUNK }));
+    } else {
+      reader = {
         random: true,
-        read: (offset: number, length: number) => random(dataOffset + offset, length),
-        readIntoSync: intoSync === undefined ? undefined : (offset: number, target: Uint8Array) => intoSync(dataOffset + offset, target),
+        read: (offset, length) => random(dataOffset + offset, length),
+        readIntoSync: intoSync === undefined ? undefined : (offset, target) => intoSync(dataOffset + offset, target),
       };
+    }
+    try {
       for await (const chunk of fortranToC(reader, shape, itemSize, { slabSize, chunkSize: block })) {
         swapBytesInPlace(chunk, swapUnit);
         yield chunk;
       }
-      await payload.verify();
-      return;
-    }
-    // No reuse: the cursor keeps chunks across its reads.
-    const cursor = new StreamCursor(() => payload.range(dataOffset, byteLength, { chunkSize: CURSOR_CHUNK }));
-    try {
-      for await (const chunk of fortranToC(cursor, shape, itemSize, { slabSize, chunkSize: block })) {
-        swapBytesInPlace(chunk, swapUnit);
-        yield chunk;
-      }
-      await cursor.finish();
+      // The container's integrity check: over all the bytes, or to the end of the cursor's pass.
+      await (cursor === undefined ? payload.verify() : cursor.finish());
     } finally {
-      await cursor.close();
+      await cursor?.close();
     }
   }
 

@@ -244,94 +244,81 @@ class LiteralParser {
     return { value: first.bytes ? { kind: "bytes", value } : { kind: "str", value }, form: "other" };
   }
 
-  #parenthesized(): Node {
-    const pos = this.#token.pos;
-    this.#enter(pos);
+  /** An opening bracket, what `body` parses, and `close`: one level of nesting. */
+  #bracketed(close: string, body: () => Node): Node {
+    this.#enter(this.#token.pos);
     this.#advance();
-    let node: Node;
-    if (this.#isOp(")")) {
-      node = { value: { kind: "tuple", items: [] }, form: "other" };
-    } else {
-      const first = this.#expression();
-      if (this.#isOp(",")) {
-        const items = [first.value];
-        while (this.#isOp(",")) {
-          this.#advance();
-          if (this.#isOp(")")) break;
-          items.push(this.#expression().value);
-        }
-        node = { value: { kind: "tuple", items }, form: "other" };
-      } else {
-        // Parentheses make no node: `(1)` is the literal 1, `-(1)` a signed literal.
-        node = first;
-      }
-    }
-    this.#expect(")");
+    const node = body();
+    this.#expect(close);
     this.#depth--;
     return node;
   }
 
-  #list(): Node {
-    this.#enter(this.#token.pos);
-    this.#advance();
-    const items = this.#items("]");
-    this.#expect("]");
-    this.#depth--;
-    return { value: { kind: "list", items }, form: "other" };
+  #parenthesized(): Node {
+    return this.#bracketed(")", () => {
+      if (this.#isOp(")")) return { value: { kind: "tuple", items: [] }, form: "other" };
+      const first = this.#expression();
+      // Parentheses make no node: `(1)` is the literal 1, `-(1)` a signed literal.
+      if (!this.#isOp(",")) return first;
+      return { value: { kind: "tuple", items: [first.value, ...this.#rest(")", () => this.#expression().value)] }, form: "other" };
+    });
   }
 
-  /** Comma-separated expressions up to `close`, a trailing comma allowed. */
-  #items(close: string): PyValue[] {
-    const items: PyValue[] = [];
+  #list(): Node {
+    return this.#bracketed("]", () => ({ value: { kind: "list", items: this.#items("]", () => this.#expression().value) }, form: "other" }));
+  }
+
+  /** Comma-separated items up to `close`, a trailing comma allowed. */
+  #items<T>(close: string, item: () => T): T[] {
+    const items: T[] = [];
     while (!this.#isOp(close)) {
-      items.push(this.#expression().value);
+      items.push(item());
       if (!this.#isOp(",")) break;
       this.#advance();
     }
     return items;
   }
 
-  #dictOrSet(): Node {
-    const pos = this.#token.pos;
-    this.#enter(pos);
+  /** After a first item: `, item, …` up to `close`, or nothing when no comma follows it. */
+  #rest<T>(close: string, item: () => T): T[] {
+    if (!this.#isOp(",")) return [];
     this.#advance();
-    let node: Node;
-    if (this.#isOp("}")) {
-      node = { value: { kind: "dict", entries: [] }, form: "other" };
-    } else {
+    return this.#items(close, item);
+  }
+
+  /** `{}` is a dict; after the first item, a `:` tells a dict from a set. */
+  #dictOrSet(): Node {
+    return this.#bracketed("}", () => {
+      if (this.#isOp("}")) return { value: { kind: "dict", entries: [] }, form: "other" };
       const firstPos = this.#token.pos;
       const first = this.#expression().value;
       if (this.#isOp(":")) {
-        this.#advance();
-        const entries: (readonly [PyValue, PyValue])[] = [[first, this.#expression().value]];
-        this.#checkHashable(first, firstPos);
-        while (this.#isOp(",")) {
-          this.#advance();
-          if (this.#isOp("}")) break;
-          const keyPos = this.#token.pos;
-          const key = this.#expression().value;
-          this.#expect(":");
-          entries.push([key, this.#expression().value]);
-          this.#checkHashable(key, keyPos);
-        }
-        node = { value: { kind: "dict", entries }, form: "other" };
-      } else {
-        this.#checkHashable(first, firstPos);
-        const items = [first];
-        while (this.#isOp(",")) {
-          this.#advance();
-          if (this.#isOp("}")) break;
-          const itemPos = this.#token.pos;
-          const item = this.#expression().value;
-          this.#checkHashable(item, itemPos);
-          items.push(item);
-        }
-        node = { value: { kind: "set", items }, form: "other" };
+        const entries = [this.#entry(first, firstPos), ...this.#rest("}", () => this.#entry())];
+        return { value: { kind: "dict", entries }, form: "other" };
       }
-    }
-    this.#expect("}");
-    this.#depth--;
-    return node;
+      this.#checkHashable(first, firstPos);
+      return { value: { kind: "set", items: [first, ...this.#rest("}", () => this.#hashable())] }, form: "other" };
+    });
+  }
+
+  /**
+   * `key: value`, the key parsed here unless given (with its position); the key is checked once
+   * its value is parsed, so that a broken value is reported first.
+   */
+  #entry(key?: PyValue, keyPos = this.#token.pos): readonly [PyValue, PyValue] {
+    const k = key ?? this.#expression().value;
+    this.#expect(":");
+    const value = this.#expression().value;
+    this.#checkHashable(k, keyPos);
+    return [k, value];
+  }
+
+  /** A set item, checked as soon as it is parsed. */
+  #hashable(): PyValue {
+    const pos = this.#token.pos;
+    const item = this.#expression().value;
+    this.#checkHashable(item, pos);
+    return item;
   }
 
   /** Python refuses a list, dict or set (or a tuple holding one) as a dict key or set item. */

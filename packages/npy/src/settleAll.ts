@@ -8,3 +8,13 @@ export async function settleAll<T>(promises: readonly Promise<T>[]): Promise<T[]
   if (failed !== undefined) throw failed.reason;
   return results.map((r) => (r as PromiseFulfilledResult<T>).value);
 }
+
+/**
+ * `map` over `items` with at most `batchSize` calls in flight: one batch at a time, each settled
+ * (see {@link settleAll}) before the next starts. Results in the order of `items`.
+ */
+export async function settleInBatches<T, R>(items: readonly T[], batchSize: number, map: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = [];
+  for (let i = 0; i < items.length; i += batchSize) results.push(...(await settleAll(items.slice(i, i + batchSize).map((item) => map(item)))));
+  return results;
+}
