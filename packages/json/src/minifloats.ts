@@ -23,18 +23,17 @@ export interface MinifloatCodec {
   readonly dtype: Dtype;
   /** 8 or 16. */
   readonly width: number;
-  /** The bits `"NaN"` reads as: what numpy makes of `float("nan")`. */
-  readonly nan: number;
   /** Whether the dtype has infinities (F16, BF16, F8_E5M2). */
   readonly hasInfinity: boolean;
   /** Whether the dtype has a sign at all (all but F8_E8M0). */
   readonly signed: boolean;
   /** The exact value of a bit pattern. */
   decode(bits: number): number;
-  /** Bits of the dtype value nearest to `x`, or {@link OVERFLOW} / {@link UNREPRESENTABLE}. */
+  /**
+   * Bits of the dtype value nearest to `x` (for `NaN`, the bits numpy makes of `float("nan")`),
+   * or {@link OVERFLOW} / {@link UNREPRESENTABLE}.
+   */
   encode(x: number): number;
-  /** All 2^width values, decoded once (built on first use). */
-  values(): Float64Array;
 }
 
 interface Layout {
@@ -50,6 +49,7 @@ interface Layout {
   ieee: boolean;
   /** The "fnuz" variants: no negative zero, no infinity, NaN is the sign bit alone (0x80). */
   fnuz: boolean;
+  /** The bits `NaN` encodes to: what numpy makes of `float("nan")`. */
   nan: number;
   /** Round through float32 first (BF16 in ml_dtypes). */
   viaFloat32: boolean;
@@ -93,7 +93,6 @@ function layoutCodec(layout: Layout): MinifloatCodec {
   const subnormalQuantum = 2 ** (emin - m);
   const implicit = 1 << m;
   const inf = ieee ? expMask << m : -1;
-  let table: Float64Array | undefined;
 
   const decode = (bits: number): number => {
     if (fnuz && bits === 0x80) return NaN;
@@ -138,24 +137,15 @@ function layoutCodec(layout: Layout): MinifloatCodec {
   return {
     dtype: layout.dtype,
     width,
-    nan,
     hasInfinity: ieee,
     signed: true,
     decode,
     encode,
-    values: () => (table ??= buildTable(width, decode)),
   };
-}
-
-function buildTable(width: number, decode: (bits: number) => number): Float64Array {
-  const table = new Float64Array(1 << width);
-  for (let bits = 0; bits < table.length; bits++) table[bits] = decode(bits);
-  return table;
 }
 
 /** F8_E8M0 ("fnu"): 2^(bits − 127) for bits 0..254, NaN at 255; no sign, no zero, no infinity. */
 function e8m0Codec(): MinifloatCodec {
-  let table: Float64Array | undefined;
   const decode = (bits: number): number => (bits === 0xff ? NaN : 2 ** (bits - 127));
   const encode = (x: number): number => {
     if (x !== x) return 0xff;
@@ -173,12 +163,10 @@ function e8m0Codec(): MinifloatCodec {
   return {
     dtype: "F8_E8M0",
     width: 8,
-    nan: 0xff,
     hasInfinity: false,
     signed: false,
     decode,
     encode,
-    values: () => (table ??= buildTable(8, decode)),
   };
 }
 

@@ -530,7 +530,6 @@ class Scanner {
     if (c !== 0x7b) this.fail("InvalidMetadata", `__metadata__ must be an object mapping strings to strings (or null), found ${describeValueStart(c)}`);
     this.w.i++;
     const metadata = createMetadata();
-    const seen = new Set<string>();
     if ((await this.peek()) === 0x7d) {
       this.w.i++;
       return metadata;
@@ -541,8 +540,8 @@ class Scanner {
       const v = await this.peek();
       if (v !== 0x22) this.fail("InvalidMetadata", `${path}: the value is ${describeValueStart(v)}, not a string`);
       const value = await this.readString(path);
-      if (seen.has(key)) this.fail("DuplicateKey", `${path}: the metadata key appears twice (the format forbids duplicate keys)`);
-      seen.add(key);
+      // `metadata` has no prototype: `in` sees only keys already read.
+      if (key in metadata) this.fail("DuplicateKey", `${path}: the metadata key appears twice (the format forbids duplicate keys)`);
       metadata[key] = value;
     } while (await this.nextMember("__metadata__"));
     return metadata;
@@ -741,8 +740,8 @@ const SIMPLE_ESCAPES = new Map<number, string>([
   [0x74, "\t"],
 ]);
 
-/** The code unit of 4 hex digits at `buf[i..i+4)`, or −1. */
-function hex4(buf: Uint8Array, i: number, limit: number): number {
+/** The code unit of 4 hex digits at `buf[i..i+4)`, or −1 (also when they pass `limit`). */
+export function hex4(buf: Uint8Array, i: number, limit: number): number {
   if (i + 4 > limit) return -1;
   let v = 0;
   for (let k = i; k < i + 4; k++) {

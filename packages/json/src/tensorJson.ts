@@ -26,13 +26,14 @@ import {
   type TensorSource,
   checkMetadata,
   checkedByteLength,
+  exactChunks,
   quoteName,
   toByteSource,
   withContext,
 } from "@st-convert/core";
 import { BASE64_VALUE, decodeBase64Into, encodeBase64Into } from "./base64.js";
 import { BAD_LEAF, ByteWindow, NEED_MORE, leafEnd, leafToken } from "./ByteWindow.js";
-import { type ScanOptions, type ScannedTensor, leafPath, scanTensorJson } from "./scanTensorJson.js";
+import { type ScanOptions, type ScannedTensor, hex4, leafPath, scanTensorJson } from "./scanTensorJson.js";
 import { type FormatCursor, LITTLE_ENDIAN, Leaf, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
 
 // ---- reading -------------------------------------------------------------------------------
@@ -225,10 +226,10 @@ async function* base64Chunks(source: ByteSource, t: ScannedTensor, chunkSize: nu
         if (c === 0x5c) {
           const width = buf[i + 1] === 0x75 ? 6 : 2;
           if (i + width > buf.length) break;
-          c = width === 2 ? buf[i + 1]! : Number.parseInt(String.fromCharCode(...buf.subarray(i + 2, i + 6)), 16);
+          c = width === 2 ? buf[i + 1]! : hex4(buf, i + 2, i + 6);
           i += width;
         } else i++;
-        if (c >= 128 || (BASE64_VALUE[c] === 255 && c !== 0x3d)) throw changed(source, t, "a character that is not base64");
+        if (c < 0 || c >= 128 || (BASE64_VALUE[c] === 255 && c !== 0x3d)) throw changed(source, t, "a character that is not base64");
         clean[m++] = c;
         if (m === groupChars) {
           yield* emit(decode(clean, m));
@@ -321,63 +322,74 @@ function jsonString(text: string, where: { tensor?: string }, what: string): str
 }
 
 /**
- * A tensor's bytes re-cut into blocks of whole elements, aligned for typed-array views and in
- * the platform's byte order, checking that the tensor delivers exactly `byteLength` bytes.
+ * A tensor's bytes re-cut into blocks of whole `unit`-byte groups (a group split between chunks is
+ * carried over and yielded on its own), then the 1 to `unit` − 1 bytes left over at the end, if
+ * any. `exactChunks` holds the tensor to its byte length before that last piece is yielded.
+ */
+async function* wholeGroups(tensor: TensorEntry, unit: number, chunkSize: number): AsyncGenerator<Uint8Array> {
+  const carry = new Uint8Array(unit);
+  let carried = 0;
+  for await (const chunk of exactChunks(tensor, { chunkSize })) {
+    let at = 0;
+    if (carried > 0) {
+      at = Math.min(unit - carried, chunk.byteLength);
+      carry.set(chunk.subarray(0, at), carried);
+      carried += at;
+      if (carried < unit) continue;
+      yield carry.slice();
+      carried = 0;
+    }
+    const whole = at + Math.floor((chunk.byteLength - at) / unit) * unit;
+    if (whole > at) yield chunk.subarray(at, whole);
+    carry.set(chunk.subarray(whole), 0);
+    carried = chunk.byteLength - whole;
+  }
+  if (carried > 0) yield carry.slice(0, carried);
+}
+
+/**
+ * A tensor's bytes in blocks of whole elements, aligned for typed-array views and in the
+ * platform's byte order.
  */
 async function* elementBlocks(tensor: TensorEntry, elementBytes: number, chunkSize: number): AsyncGenerator<Uint8Array> {
   const align = Math.min(elementBytes, 8);
   const unit = tensor.dtype === "C64" ? 4 : elementBytes;
-  const carry = new Uint8Array(elementBytes);
-  let carried = 0;
-  let total = 0;
-  for await (const chunk of tensor.chunks({ chunkSize })) {
-    total += chunk.byteLength;
-    if (total > tensor.byteLength) break;
-    let at = 0;
-    if (carried > 0) {
-      const take = Math.min(elementBytes - carried, chunk.byteLength);
-      carry.set(chunk.subarray(0, take), carried);
-      carried += take;
-      at = take;
-      if (carried < elementBytes) continue;
-      const one = carry.slice();
-      if (!LITTLE_ENDIAN) swapBytes(one, unit);
-      yield one;
-      carried = 0;
+  for await (let block of wholeGroups(tensor, elementBytes, chunkSize)) {
+    if (block.byteLength % elementBytes !== 0) {
+      // A part of an element left over: a tensor whose declared byteLength is not a whole number of elements.
+      throw new StConvertError("ByteLengthMismatch", `the reader delivered only ${tensor.byteLength} of the ${tensor.byteLength} bytes it declared`, {
+        tensor: tensor.name,
+      });
     }
-    const whole = Math.floor((chunk.byteLength - at) / elementBytes) * elementBytes;
-    if (whole > 0) {
-      let block = chunk.subarray(at, at + whole);
-      if (block.byteOffset % align !== 0 || !LITTLE_ENDIAN) {
-        block = new Uint8Array(block); // a copy: Buffer#slice would be a view, keeping the misalignment
-        if (!LITTLE_ENDIAN) swapBytes(block, unit);
-      }
-      yield block;
+    if (block.byteOffset % align !== 0 || !LITTLE_ENDIAN) {
+      block = new Uint8Array(block); // a copy: Buffer#slice would be a view, keeping the misalignment
+      if (!LITTLE_ENDIAN) swapBytes(block, unit);
     }
-    carry.set(chunk.subarray(at + whole), 0);
-    carried = chunk.byteLength - at - whole;
-  }
-  if (total !== tensor.byteLength || carried !== 0) {
-    throw new StConvertError(
-      "ByteLengthMismatch",
-      `the reader delivered ${total > tensor.byteLength ? "more than" : "only"} ${total} of the ${tensor.byteLength} bytes it declared`,
-      { tensor: tensor.name },
-    );
+    yield block;
   }
 }
 
-/** Whether every element reads back to its bits from the values the writer would write. */
-async function valuesAreLossless(tensor: TensorEntry, codec: ValueCodec, chunkSize: number): Promise<boolean> {
+/**
+ * The tensor's element blocks if values can carry its exact bytes (every element reads back to
+ * its bits from the text the writer would write), else undefined. Deciding reads the whole tensor
+ * before any of its text is written; a tensor of at most `chunkSize` bytes is kept from that read,
+ * a larger one is read again to be written.
+ */
+async function valueBlocks(tensor: TensorEntry, codec: ValueCodec, chunkSize: number): Promise<Iterable<Uint8Array> | AsyncIterable<Uint8Array> | undefined> {
+  if (codec.alwaysLossless()) return elementBlocks(tensor, codec.elementBytes, chunkSize);
+  const keep = tensor.byteLength <= chunkSize;
+  const kept: Uint8Array[] = [];
   for await (const block of elementBlocks(tensor, codec.elementBytes, chunkSize)) {
-    if (!codec.lossless(block)) return false;
+    if (!codec.lossless(block)) return undefined;
+    if (keep) kept.push(block);
   }
-  return true;
+  return keep ? kept : elementBlocks(tensor, codec.elementBytes, chunkSize);
 }
 
-async function writeValues(tensor: TensorEntry, codec: ValueCodec, out: TextOut, chunkSize: number): Promise<void> {
+async function writeValues(blocks: Iterable<Uint8Array> | AsyncIterable<Uint8Array>, codec: ValueCodec, out: TextOut): Promise<void> {
   const cursor: FormatCursor = { index: 0, pos: 0 };
   let first = true;
-  for await (const block of elementBlocks(tensor, codec.elementBytes, chunkSize)) {
+  for await (const block of blocks) {
     const count = block.byteLength / codec.elementBytes;
     cursor.index = 0;
     while (cursor.index < count) {
@@ -391,48 +403,19 @@ async function writeValues(tensor: TensorEntry, codec: ValueCodec, out: TextOut,
 }
 
 async function writeBase64(tensor: TensorEntry, out: TextOut, chunkSize: number): Promise<void> {
-  // Whole groups of 3 bytes per piece; 1–2 leftover bytes wait for the next chunk.
-  const carry = new Uint8Array(3);
-  let carried = 0;
-  let total = 0;
-  const encode = async (bytes: Uint8Array, final: boolean): Promise<number> => {
-    let at = 0;
-    const stop = final ? bytes.length : bytes.length - (bytes.length % 3);
-    while (at < stop) {
+  // Whole groups of 3 bytes but in the last piece, whose 1–2 leftover bytes are padded.
+  for await (const bytes of wholeGroups(tensor, 3, chunkSize)) {
+    for (let at = 0; at < bytes.length; ) {
       const room = Math.floor((out.buf.length - out.pos) / 4) * 3;
       if (room === 0) {
         await out.flush();
         continue;
       }
-      const n = Math.min(stop - at, room);
+      const n = Math.min(bytes.length - at, room);
       out.pos = encodeBase64Into(bytes, at, at + n, out.buf, out.pos);
       at += n;
     }
-    return at;
-  };
-  for await (const chunk of tensor.chunks({ chunkSize })) {
-    total += chunk.byteLength;
-    if (total > tensor.byteLength) break;
-    let at = 0;
-    if (carried > 0) {
-      while (carried < 3 && at < chunk.byteLength) carry[carried++] = chunk[at++]!;
-      if (carried < 3) continue;
-      await encode(carry, true);
-      carried = 0;
-    }
-    const rest = chunk.subarray(at);
-    const done = await encode(rest, false);
-    carried = rest.byteLength - done;
-    carry.set(rest.subarray(done));
   }
-  if (total !== tensor.byteLength) {
-    throw new StConvertError(
-      "ByteLengthMismatch",
-      `the reader delivered ${total > tensor.byteLength ? "more than" : "only"} ${total} of the ${tensor.byteLength} bytes it declared`,
-      { tensor: tensor.name },
-    );
-  }
-  if (carried > 0) await encode(carry.subarray(0, carried), true);
 }
 
 /**
@@ -440,7 +423,9 @@ async function writeBase64(tensor: TensorEntry, out: TextOut, chunkSize: number)
  * Tensors appear in the source's order, one per line. Each is written as values (`data`) unless
  * values cannot carry its exact bytes (a NaN other than the dtype's canonical one, a BOOL byte
  * other than 0/1, or F4/F6, which have no values form); then, or with `base64`, as `data_base64`.
- * Deciding this reads the tensor once before writing it. The caller closes or aborts the sink.
+ * Deciding this reads a float or BOOL tensor once before writing it (a tensor of at most
+ * `chunkSize` bytes is kept from that read, a larger one is read again). The caller closes or
+ * aborts the sink.
  *
  * @throws StConvertError `DuplicateKey` (two tensors with one name), `InvalidName` (the name
  *   `__metadata__`, or a lone surrogate), `InvalidMetadata`, `ByteLengthMismatch` when a tensor
@@ -466,16 +451,15 @@ export async function writeTensorJson(source: TensorSource, sink: ByteSink, opti
   for (const [index, tensor] of source.tensors.entries()) {
     await out.text(lines[index]!);
     try {
-      const codec = valueCodec(tensor.dtype);
-      let asValues = codec !== undefined && options.base64 !== true;
-      if (asValues && !codec!.alwaysLossless() && !(await valuesAreLossless(tensor, codec!, chunkSize))) {
-        asValues = false;
+      const codec = options.base64 === true ? undefined : valueCodec(tensor.dtype);
+      const blocks = codec === undefined ? undefined : await valueBlocks(tensor, codec, chunkSize);
+      if (codec !== undefined && blocks === undefined) {
         const why = tensor.dtype === "BOOL" ? "bytes other than 0 and 1" : "NaNs other than the canonical one (payload or sign bits)";
         options.onWarning?.(`tensor ${quoteName(tensor.name)}: written as data_base64, since it holds ${why}, which values cannot carry`);
       }
-      if (asValues) {
+      if (blocks !== undefined) {
         await out.text('"data": [');
-        await writeValues(tensor, codec!, out, chunkSize);
+        await writeValues(blocks, codec!, out);
         await out.text("]}");
       } else {
         await out.text('"data_base64": "');

@@ -38,8 +38,6 @@ export interface ValueCodec {
   readonly elementBytes: number;
   /** JSON leaves per element (2 for C64's `[re, im]`). */
   readonly leavesPerElement: number;
-  /** Most bytes one element's text takes, its `", "` separator included. */
-  readonly maxTextBytes: number;
   /** Leaf kinds a `data` array of this dtype may hold (magnitudes are checked when parsing). */
   readonly allowedLeaves: number;
   /**
@@ -269,7 +267,6 @@ function integerCodec(spec: IntegerSpec): ValueCodec {
     dtype,
     elementBytes: bytes,
     leavesPerElement: 1,
-    maxTextBytes: 2 + 11,
     allowedLeaves: min < 0 ? INTEGER_LEAVES : Leaf.Integer,
     lossless: () => true,
     alwaysLossless: () => true,
@@ -304,7 +301,6 @@ function int64Codec(signed: boolean): ValueCodec {
     dtype,
     elementBytes: 8,
     leavesPerElement: 1,
-    maxTextBytes: 2 + 20,
     allowedLeaves: signed ? INTEGER_LEAVES : Leaf.Integer,
     lossless: () => true,
     alwaysLossless: () => true,
@@ -351,7 +347,6 @@ const boolCodec: ValueCodec = {
   dtype: "BOOL",
   elementBytes: 1,
   leavesPerElement: 1,
-  maxTextBytes: 2 + 5,
   allowedLeaves: Leaf.True | Leaf.False,
   alwaysLossless: () => false,
   lossless(block) {
@@ -439,7 +434,6 @@ function float32Codec(dtype: "F32" | "C64"): ValueCodec {
     dtype,
     elementBytes: 4 * leaves,
     leavesPerElement: leaves,
-    maxTextBytes: pairs ? 2 + 2 * 16 + 4 : 2 + 16,
     allowedLeaves: FLOAT_LEAVES,
     alwaysLossless: () => false,
     lossless: (block) => float32Lossless(view(block, (b, o, n) => new Uint32Array(b, o, n), 4)),
@@ -470,7 +464,6 @@ const f64Codec: ValueCodec = {
   dtype: "F64",
   elementBytes: 8,
   leavesPerElement: 1,
-  maxTextBytes: 2 + 24,
   allowedLeaves: FLOAT_LEAVES,
   alwaysLossless: () => false,
   lossless(block) {
@@ -561,6 +554,8 @@ function largestFinite(codec: MinifloatCodec): string {
 function minifloatCodec(codec: MinifloatCodec): ValueCodec {
   let table: TextTable | undefined;
   const getTable = () => (table ??= buildTextTable(codec));
+  // Asked once per tensor written: decided once, not by a scan of the whole table each time.
+  let always: boolean | undefined;
   const wide = codec.width === 16;
   const { dtype } = codec;
   const words = (block: Uint8Array): { readonly [i: number]: number; readonly length: number } =>
@@ -573,9 +568,8 @@ function minifloatCodec(codec: MinifloatCodec): ValueCodec {
     dtype,
     elementBytes: codec.width / 8,
     leavesPerElement: 1,
-    maxTextBytes: 2 + 16,
     allowedLeaves: allowed,
-    alwaysLossless: () => getTable().lossless.every((ok) => ok === 1),
+    alwaysLossless: () => (always ??= getTable().lossless.every((ok) => ok === 1)),
     lossless(block) {
       const { lossless } = getTable();
       const w = words(block);

@@ -16,7 +16,6 @@ import { pseudoRandomBytes as bytesFor } from "@st-convert/testing";
 export const utf8 = new TextEncoder();
 export const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
 
-
 export function tensor(name: string, dtype: Dtype, shape: number[], bytes?: Uint8Array): TensorEntry {
   return tensorFromBytes({ name, dtype, shape }, bytes ?? bytesFor(name.length + shape.length, tensorByteLength(dtype, shape)));
 }
@@ -44,7 +43,6 @@ export async function readAll(json: Uint8Array | string, options: TensorJsonRead
   const tensors = await Promise.all(file.tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], encoding: t.encoding, bytes: await readTensorBytes(t) })));
   return { metadata: file.metadata === null ? null : { ...file.metadata }, tensors };
 }
-
 
 /** The StConvertError a promise rejects with. */
 export async function failure(promise: Promise<unknown>): Promise<{ code: string; message: string; tensor: string | undefined }> {
@@ -79,4 +77,3 @@ export class CountingSink implements ByteSink {
 }
 
 export { bytesFor };
-export { errorCode as outcome } from "@st-convert/testing";
