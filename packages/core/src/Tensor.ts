@@ -118,21 +118,32 @@ export async function* exactChunks(tensor: TensorEntry, options: ChunkOptions = 
  * @throws StConvertError `ByteLengthMismatch`, and what the reader or the sink throw, naming the tensor.
  */
 export async function pipeTensor(tensor: TensorEntry, sink: ByteSink, chunkSize = DEFAULT_CHUNK_SIZE): Promise<void> {
-  // reuse: each chunk is written (and the sink keeps no reference) before the one after next is asked for.
-  const chunks = exactChunks(tensor, { chunkSize, reuse: true });
   try {
-    let next = chunks.next();
+    // reuse: each chunk is written (and the sink keeps no reference) before the one after next is asked for.
+    for await (const chunk of readAhead(exactChunks(tensor, { chunkSize, reuse: true }))) await sink.write(chunk);
+  } catch (error) {
+    throw withContext(error, { tensor: tensor.name });
+  }
+}
+
+/**
+ * The items of `items`, the next one always asked for before the current one is handed on, so
+ * that the producer's work (a read, a CRC, an inflate) overlaps the consumer's (a write).
+ */
+export async function* readAhead<T>(items: AsyncIterable<T>): AsyncGenerator<T> {
+  const iterator = items[Symbol.asyncIterator]();
+  let next = iterator.next();
+  try {
     for (;;) {
       const { done, value } = await next;
       if (done === true) return;
-      // The next chunk is pulled (and whatever the reader computes on it, a CRC say, runs) while
-      // this one is written; marked handled so that a failing read is reported when awaited.
-      next = chunks.next();
+      next = iterator.next();
+      // Marked handled now: a failing read is reported when awaited, not as an unhandled rejection.
       next.catch(() => {});
-      await sink.write(value);
+      yield value;
     }
-  } catch (error) {
-    throw withContext(error, { tensor: tensor.name });
+  } finally {
+    await iterator.return?.();
   }
 }
 
@@ -173,6 +184,16 @@ function codePointRank(unit: number): number {
   if (unit >= 0xd800) return unit + 0x2000;
   return unit;
 }
+
+/**
+ * True when `text` holds a UTF-16 surrogate without its partner: such a string has no UTF-8 form,
+ * so no tensor name, key or metadata value of a file can carry it.
+ */
+export function hasLoneSurrogate(text: string): boolean {
+  return LONE_SURROGATE.test(text);
+}
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** A metadata map with no prototype, so that keys such as `__proto__` stay plain keys. */
 export function createMetadata(entries: Iterable<readonly [string, string]> = []): Record<string, string> {

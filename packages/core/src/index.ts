@@ -58,8 +58,11 @@ export {
   compareCodePoints,
   createMetadata,
   exactChunks,
+  hasLoneSurrogate,
   pipeTensor,
+  readAhead,
   readTensorBytes,
   tensorFromBytes,
 } from "./Tensor.js";
 export { type FormatContext, type FormatOption, type FormatOptionValues, type TensorFormat, fileStem, stringListOption, stringOption } from "./TensorFormat.js";
+export { LITTLE_ENDIAN, swapBytesInPlace, swapBytesPortable } from "./swapBytes.js";

@@ -18,6 +18,7 @@ import {
   checkMetadata,
   checkedByteLength,
   compareCodePoints,
+  hasLoneSurrogate,
   pipeTensor,
 } from "./Tensor.js";
 import type { TensorFormat } from "./TensorFormat.js";
@@ -262,7 +263,7 @@ export function layoutSafetensors<T extends TensorInfo>(
 
 /** JSON.stringify of a string matches serde_json's escaping except for lone surrogates, which UTF-8 cannot hold. */
 function checkWellFormed(text: string, where: { tensor?: string }): void {
-  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(text)) {
+  if (hasLoneSurrogate(text)) {
     throw new StConvertError("InvalidName", `${quoteName(text)} holds a lone UTF-16 surrogate, which UTF-8 cannot encode`, where);
   }
 }

@@ -20,6 +20,7 @@ import {
   dtypeInfo,
   quoteName,
   withContext,
+  hasLoneSurrogate,
 } from "@st-convert/core";
 import { MsgpackEncoder } from "./MsgpackEncoder.js";
 import { CHUNKED_ARRAY_MARKER, MAX_DEPTH } from "./readFlax.js";
@@ -64,7 +65,6 @@ interface Piece {
   readonly byteLength: number;
 }
 
-const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /**
  * Streams tensors into a flax msgpack file that `flax.serialization.msgpack_restore` reads back as
@@ -110,7 +110,7 @@ export async function writeFlax(source: TensorSource, sink: ByteSink, options: F
         tensor: tensor.name,
       });
     }
-    if (loneSurrogate.test(tensor.name)) {
+    if (hasLoneSurrogate(tensor.name)) {
       throw new StConvertError("InvalidName", "the name holds a lone UTF-16 surrogate, which UTF-8 cannot encode", { tensor: tensor.name });
     }
     const keys = tensor.name.split(sep);

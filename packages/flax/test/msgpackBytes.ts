@@ -2,20 +2,15 @@
  * Hand-written msgpack for tests: each helper writes one fixed encoding from the spec, so hostile
  * files are built byte by byte and do not depend on the code under test.
  */
+import { concat, fromHex } from "@st-convert/testing";
+
 const utf8 = new TextEncoder();
 
 export type Part = Uint8Array | readonly number[] | string;
 
 /** Concatenates parts; a string part is hex (spaces allowed). */
 export function cat(...parts: Part[]): Uint8Array {
-  const arrays = parts.map((p) => (typeof p === "string" ? Uint8Array.from(Buffer.from(p.replace(/\s+/g, ""), "hex")) : Uint8Array.from(p)));
-  const out = new Uint8Array(arrays.reduce((n, a) => n + a.byteLength, 0));
-  let at = 0;
-  for (const a of arrays) {
-    out.set(a, at);
-    at += a.byteLength;
-  }
-  return out;
+  return concat(...parts.map((p) => (typeof p === "string" ? fromHex(p.replace(/\s+/g, "")) : Uint8Array.from(p))));
 }
 
 const be = (value: number, width: number): number[] => Array.from({ length: width }, (_, i) => Math.floor(value / 256 ** (width - 1 - i)) % 256);

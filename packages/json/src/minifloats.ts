@@ -11,7 +11,7 @@
  * Where numpy would silently produce Infinity or NaN (overflow, Infinity into a type without one,
  * zero or a negative into E8M0), the encoder reports it instead: the reader turns that into an error.
  */
-import type { Dtype } from "@st-convert/core";
+import { type Dtype, LITTLE_ENDIAN } from "@st-convert/core";
 
 /** Returned by {@link MinifloatCodec.encode} for a finite value beyond the dtype's largest finite value. */
 export const OVERFLOW = -1;
@@ -68,7 +68,7 @@ const LAYOUTS: readonly Layout[] = [
 // Scratch views to read a float64's exponent field without allocating.
 const f64 = new Float64Array(1);
 const u32 = new Uint32Array(f64.buffer);
-const HI = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1 ? 1 : 0;
+const HI = LITTLE_ENDIAN ? 1 : 0;
 
 /** floor(log2(a)) for a finite a > 0 that is a normal float64; -1023 for float64 subnormals. */
 function exponentOf(a: number): number {

@@ -7,6 +7,7 @@
  * F32 uses {@link shortestFloat32}, a fast interval method checked against {@link shortestDecimal};
  * the 16- and 8-bit types use {@link shortestDecimal} once per bit pattern, in a lookup table.
  */
+import { LITTLE_ENDIAN } from "@st-convert/core";
 
 /** A decimal `k × 10^e`, with `k` a positive integer. */
 export interface Decimal {
@@ -57,7 +58,7 @@ export function shortestDecimal(x: number, accepts: (y: number) => boolean): Dec
 
 const f64 = new Float64Array(1);
 const u32 = new Uint32Array(f64.buffer);
-const HI = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1 ? 1 : 0;
+const HI = LITTLE_ENDIAN ? 1 : 0;
 
 /**
  * The sign of a − (k + ½) × 10^e, exactly (a positive, finite double): which of k × 10^e and

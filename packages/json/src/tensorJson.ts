@@ -30,11 +30,14 @@ import {
   quoteName,
   toByteSource,
   withContext,
+  LITTLE_ENDIAN,
+  hasLoneSurrogate,
+  swapBytesInPlace,
 } from "@st-convert/core";
 import { BASE64_VALUE, decodeBase64Into, encodeBase64Into } from "./base64.js";
 import { BAD_LEAF, ByteWindow, NEED_MORE, leafEnd, leafToken } from "./ByteWindow.js";
 import { type ScanOptions, type ScannedTensor, hex4, leafPath, scanTensorJson } from "./scanTensorJson.js";
-import { type FormatCursor, LITTLE_ENDIAN, Leaf, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
+import { type FormatCursor, Leaf, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
 
 // ---- reading -------------------------------------------------------------------------------
 
@@ -104,11 +107,6 @@ function changed(source: ByteSource, t: ScannedTensor, what: string): StConvertE
   return new StConvertError("InvalidJson", `${t.path}: ${what} (did the file change since it was opened?)`, { file: source.name, tensor: t.name });
 }
 
-/** Swaps each `unit`-byte group in place: little-endian bytes ⇄ a big-endian platform's typed arrays. */
-function swapBytes(block: Uint8Array, unit: number): void {
-  for (let i = 0; i + unit <= block.length; i += unit) block.subarray(i, i + unit).reverse();
-}
-
 /**
  * A tensor's bytes from its `data` value: re-tokenizes the range the scan recorded and stores
  * each value into a block of elements, yielding a block of at most `chunkSize` bytes at a time.
@@ -172,7 +170,7 @@ async function* valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCo
       }
     }
     if (leaf !== endLeaf) throw changed(source, t, "value count");
-    if (!LITTLE_ENDIAN) swapBytes(block, t.dtype === "C64" ? 4 : elementBytes);
+    if (!LITTLE_ENDIAN) swapBytesInPlace(block, t.dtype === "C64" ? 4 : elementBytes);
     if (block.length <= chunkSize) yield block;
     // A chunk size below one element: the element's bytes in pieces.
     else for (let at = 0; at < block.length; at += chunkSize) yield block.subarray(at, Math.min(block.length, at + chunkSize));
@@ -315,7 +313,7 @@ class TextOut {
 
 /** A JSON string literal for a name or metadata text (serde's and `JSON.stringify`'s escaping). */
 function jsonString(text: string, where: { tensor?: string }, what: string): string {
-  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(text)) {
+  if (hasLoneSurrogate(text)) {
     throw new StConvertError(what === "name" ? "InvalidName" : "InvalidMetadata", `${what} ${quoteName(text)} holds a lone UTF-16 surrogate, which JSON text in UTF-8 cannot carry`, where);
   }
   return JSON.stringify(text);
@@ -363,7 +361,7 @@ async function* elementBlocks(tensor: TensorEntry, elementBytes: number, chunkSi
     }
     if (block.byteOffset % align !== 0 || !LITTLE_ENDIAN) {
       block = new Uint8Array(block); // a copy: Buffer#slice would be a view, keeping the misalignment
-      if (!LITTLE_ENDIAN) swapBytes(block, unit);
+      if (!LITTLE_ENDIAN) swapBytesInPlace(block, unit);
     }
     yield block;
   }

@@ -4,7 +4,7 @@
  * block of elements. The two sides are paired here so that "reads back to the same bits" is
  * decided by the very code that reads.
  */
-import type { Dtype } from "@st-convert/core";
+import { type Dtype, LITTLE_ENDIAN } from "@st-convert/core";
 import { type MinifloatCodec, OVERFLOW, minifloat } from "./minifloats.js";
 import { type Decimal, decimalText, shortestDecimal, shortestFloat32, writeDecimal } from "./shortestDecimal.js";
 
@@ -196,7 +196,6 @@ export function parseNumberToken(text: Uint8Array, start: number, end: number): 
 
 // ---- codecs --------------------------------------------------------------------------------
 
-const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 function outOfRange(dtype: Dtype, text: Uint8Array, start: number, end: number, range: string): ValueError {
   return new ValueError("ValueOutOfRange", `${tokenText(text, start, end)} is out of range for ${dtype} (${range})`);
@@ -633,4 +632,3 @@ function makeCodec(dtype: Dtype): ValueCodec | undefined {
 }
 
 /** True on little-endian platforms, where typed-array views read safetensors bytes as they are. */
-export { LITTLE_ENDIAN };

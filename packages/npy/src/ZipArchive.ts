@@ -10,7 +10,7 @@
  * numpy opens every member with `force_zip64=True`, so local headers carry sizes 0xFFFFFFFF and a
  * ZIP64 extra field while the central directory holds the real 32-bit values (formats.md §2.6).
  */
-import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, readRange } from "@st-convert/core";
+import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, hasLoneSurrogate, readRange } from "@st-convert/core";
 import { settleInBatches } from "./settleAll.js";
 import type { Codec } from "./Codec.js";
 import type { Payload } from "./Payload.js";
@@ -456,7 +456,7 @@ const encoder = new TextEncoder();
  * @throws StConvertError `InvalidName` for a lone surrogate (no UTF-8 form) or a name past 65,535 bytes.
  */
 export function encodeName(name: string): { bytes: Uint8Array; flags: number } {
-  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(name)) {
+  if (hasLoneSurrogate(name)) {
     throw new StConvertError("InvalidName", `${JSON.stringify(name)} holds a lone UTF-16 surrogate, which UTF-8 cannot encode`);
   }
   const bytes = encoder.encode(name);

@@ -22,6 +22,7 @@ import {
   compareCodePoints,
   createMetadata,
   exactChunks,
+  readAhead,
   isDtype,
   toByteSource,
   withContext,
@@ -221,7 +222,7 @@ export async function writeNpz(source: TensorSource, sink: ByteSink, options: Np
   for (const [i, tensor] of source.tensors.entries()) {
     const header = headers[i]!;
     const member = `${tensor.name}.npy`;
-    const data = () => withHeader(header, readingAhead(exactChunks(tensor, { chunkSize })));
+    const data = () => withHeader(header, readAhead(exactChunks(tensor, { chunkSize })));
     try {
       if (options.compress === true) await zip.addStreamed(member, data(), COMPRESSION_LEVEL);
       else if (options.crcPrePass !== false) {
@@ -246,23 +247,3 @@ async function* withHeader(header: Uint8Array, data: AsyncIterable<Uint8Array>):
   yield* data;
 }
 
-/**
- * `chunks`, the next one pulled while the consumer handles the current one, so that reading (and
- * a byte swap or an inflate) overlaps the CRC, the deflate and the write.
- */
-async function* readingAhead(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
-  const iterator = chunks[Symbol.asyncIterator]();
-  let next = iterator.next();
-  try {
-    for (;;) {
-      const { done, value } = await next;
-      if (done === true) return;
-      next = iterator.next();
-      // Marked handled now: a failing read is reported when awaited, not as an unhandled rejection.
-      next.catch(() => {});
-      yield value;
-    }
-  } finally {
-    await iterator.return?.();
-  }
-}

@@ -3,12 +3,11 @@
  * read and checked against the bytes that follow it, and the data is delivered in C order and
  * little-endian, byte-swapped and repacked from Fortran order on the fly.
  */
-import { DEFAULT_CHUNK_SIZE, type Dtype, StConvertError, type TensorEntry, toSafeNumber, withContext } from "@st-convert/core";
+import { DEFAULT_CHUNK_SIZE, type Dtype, StConvertError, type TensorEntry, swapBytesInPlace, toSafeNumber, withContext } from "@st-convert/core";
 import { type FORTRAN_SLAB_SIZE, type RangeReader, fortranToC } from "./fortranToC.js";
 import { type NpyHeader, type NpyHeaderOptions, type NpyVersion, readNpyHeader } from "./NpyHeader.js";
 import { type DtypeDeclarations, parseDescr, resolveVoid } from "./NpyDtype.js";
 import { type Payload, StreamCursor } from "./Payload.js";
-import { swapBytesInPlace } from "./swapBytes.js";
 
 /** Chunks a Fortran repack pulls from a forward-only payload. */
 const CURSOR_CHUNK = 4 * 1024 * 1024;

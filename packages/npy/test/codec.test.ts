@@ -5,10 +5,9 @@
 import { crc32, deflateRawSync } from "node:zlib";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { isStConvertError } from "@st-convert/core";
+import { isStConvertError, swapBytesInPlace, swapBytesPortable } from "@st-convert/core";
 import { loadCodec } from "@st-convert/npy";
 import { tableCrc32 } from "../src/Codec.js";
-import { swapBytesInPlace, swapBytesPortable } from "../src/swapBytes.js";
 
 async function* pieces(bytes: Uint8Array, size: number): AsyncGenerator<Uint8Array> {
   for (let at = 0; at < bytes.byteLength; at += size) yield bytes.subarray(at, at + size);

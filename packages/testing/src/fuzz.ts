@@ -92,7 +92,8 @@ function mutate(seed: Uint8Array, mutations: readonly Mutation[]): Uint8Array {
   return bytes;
 }
 
-function concat(...parts: Uint8Array[]): Uint8Array {
+/** The bytes of `parts`, one after the other, in a new array. */
+export function concat(...parts: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
   let at = 0;
   for (const p of parts) {

@@ -133,7 +133,7 @@ export function runReadmeSynopsis(packageDir: string): string {
     work.cleanup();
   }
 }
-export { FUZZ_INPUT_TIMEOUT_MS, type FuzzTarget, fuzzReader, fuzzRuns, fuzzSeed, fuzzTimeout, isProjectError } from "./fuzz.js";
+export { FUZZ_INPUT_TIMEOUT_MS, type FuzzTarget, fuzzReader, fuzzRuns, fuzzSeed, concat, fuzzTimeout, isProjectError } from "./fuzz.js";
 export { type HostileCorpusEntry, recordHostileCases } from "./hostileCorpus.js";
 
 /** Deterministic pseudo-random bytes (xorshift32), so that test data is reproducible. */
