@@ -91,12 +91,22 @@ export function checkedByteLength(info: TensorInfo): number {
 }
 
 /**
- * A tensor's chunks, refused if they do not add up to exactly the byte length it declares: the
- * one place that holds every reader to its word, for every consumer (writers, `readTensorBytes`).
- * Stops reading as soon as a reader delivers too much.
+ * A tensor's chunks, refused if they do not add up to exactly the byte length it declares, or if
+ * that length is not what its dtype and shape need (a writer lays out headers from dtype and
+ * shape, so a mismatch would write a corrupt file): the one place that holds every reader to its
+ * word, for every consumer (writers, `readTensorBytes`). Stops reading as soon as a reader
+ * delivers too much.
  * @throws StConvertError `ByteLengthMismatch` naming the tensor.
  */
 export async function* exactChunks(tensor: TensorEntry, options: ChunkOptions = {}): AsyncGenerator<Uint8Array> {
+  const needed = checkedByteLength(tensor);
+  if (tensor.byteLength !== needed) {
+    throw new StConvertError(
+      "ByteLengthMismatch",
+      `the reader declares ${tensor.byteLength} bytes, but ${tensor.dtype} shape [${tensor.shape.join(", ")}] needs ${needed}`,
+      { tensor: tensor.name },
+    );
+  }
   let delivered = 0;
   for await (const chunk of tensor.chunks(options)) {
     delivered += chunk.byteLength;

@@ -59,7 +59,9 @@ export function sniffFlax(head: Uint8Array): boolean {
       const key = head.subarray(at + t.str, Math.min(at + t.size, head.byteLength));
       if (key.some((byte) => byte < 0x20 || byte === 0x7f)) return false;
       try {
-        decoder.decode(key, { stream: true });
+        // A whole key is decoded on its own; only a key cut by the end of `head` may end inside a
+        // character (stream mode). Streaming every key would let one key's bytes finish another's.
+        decoder.decode(key, { stream: at + t.size > head.byteLength });
       } catch {
         return false;
       }

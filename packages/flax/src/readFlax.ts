@@ -495,6 +495,7 @@ class FlaxWalker {
   }
 
   #addScalar(slot: Slot, dtype: Dtype, bytes: Uint8Array): void {
+    this.#checkNameLength(slot.name);
     this.#countArray(slot.name);
     const tensor: FlaxTensor = {
       name: slot.name,

@@ -25,6 +25,12 @@ describe("sniffFlax", () => {
     }
   });
 
+  it("decodes each whole key on its own: a key ending inside a character is not completed by the next key", () => {
+    // Found in review: keys "a\xc3" and "\xa9b" decoded as one stream read as the valid "aéb".
+    expect(sniffFlax(cat(map(2), [0xa2, 0x61, 0xc3], [0xc0], [0xa2, 0xa9, 0x62], [0xc0]))).toBe(false);
+    expect(sniffFlax(cat(map(2), [0xa2, 0x61, 0x62], [0xc0], [0xa2, 0xc3, 0xa9], [0xc0]))).toBe(true);
+  });
+
   it("refuses maps with non-string or control-character keys, and bytes after the map", () => {
     expect(sniffFlax(cat(map(1), [0x01], [0x02]))).toBe(false);
     expect(sniffFlax(cat(map(1), str("a\u0000"), [0x02]))).toBe(false);

@@ -136,3 +136,12 @@ describe("unusual but valid input, accepted like the reference", () => {
     expect((await read(cat(map(0)))).names).toEqual([]);
   });
 });
+
+describe("kept scalars", () => {
+  it("obey the name-length limit like arrays do", async () => {
+    // Found in review: --keep-scalars added a scalar without checking its name's length.
+    const file = cat(map(1), str("a".repeat(12)), [0x01]);
+    expect(await errorCode(readFlax(file, { keepScalars: true, maxNameLength: 8 }))).toBe("LimitExceeded");
+    expect(await errorCode(readFlax(file, { keepScalars: true, maxNameLength: 12 }))).toBe("ok");
+  });
+});

@@ -138,3 +138,13 @@ describe("chunks that are Node Buffers at odd offsets", () => {
     expect(JSON.parse(json).w.data).toEqual([1.5, -2, 3.25, 4, 5]);
   });
 });
+
+describe("a tensor whose declared byte length disagrees with its dtype and shape", () => {
+  it("is refused, not written as values the reader would refuse", async () => {
+    // Found in review: F32 [1] declaring 8 bytes was written as "data": [0, 0].
+    const liar: TensorEntry = { name: "w", dtype: "F32", shape: [1], byteLength: 8, chunks: async function* () { yield new Uint8Array(8); } };
+    for (const base64 of [false, true]) {
+      await expect(serializeTensorJson({ metadata: null, tensors: [liar] }, { base64 })).rejects.toMatchObject({ code: "ByteLengthMismatch", tensor: "w" });
+    }
+  });
+});
