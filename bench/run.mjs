@@ -5,7 +5,8 @@
 //
 // Inputs are made by the reference tools (bench/reference.py) in bench-out/ (gitignored) and
 // removed at the end. Figures are medians; peak RSS comes from /usr/bin/time. The page cache is
-// warm (inputs were just written) and nothing is fsynced, for every contestant alike.
+// warm (inputs were just written); `sync` runs before every timed run, and nothing is fsynced
+// inside one, for every contestant alike.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, openSync, readSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -124,6 +125,8 @@ function runCase(c) {
     for (let k = 0; k < variants.length; k++) {
       const variant = variants[(k + r) % variants.length]; // interleaved, rotating order
       const [cmd, args] = variantCommand(variant, c, input, output);
+      // Dirty pages left by the previous contestant are flushed first, so that no run pays for another's writeback.
+      spawnSync("sync");
       results[variant].push(measure(cmd, args));
       rmSync(output, { force: true });
     }
@@ -185,7 +188,7 @@ function report(rows, big) {
     "",
     `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of ${runs} interleaved runs.`,
     `- Node ${process.version}; ${pyVersions}.`,
-    `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, no fsync, for every contestant.`,
+    `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, `sync` before every run, no fsync inside it, for every contestant.`,
     "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
     "",
     "| path | input | st-convert | MiB/s | peak RSS | baseline | baseline time | ratio | target | met | same bytes as the reference |",

@@ -123,15 +123,25 @@ export async function* exactChunks(tensor: TensorEntry, options: ChunkOptions = 
 }
 
 /**
- * Copies one tensor's bytes to a sink, reading the next chunk while the previous one is written,
- * and checks that the tensor delivers exactly the byte count it declared.
+ * Copies one tensor's bytes to a sink and checks that the tensor delivers exactly the byte count
+ * it declared. Writes behind: chunk k's write is started, then chunk k + 1 is asked for while it
+ * runs, so the reader's work (a CRC, an inflate, a gather) overlaps the write instead of delaying it.
  * @throws StConvertError `ByteLengthMismatch`, and what the reader or the sink throw, naming the tensor.
  */
 export async function pipeTensor(tensor: TensorEntry, sink: ByteSink, chunkSize = DEFAULT_CHUNK_SIZE): Promise<void> {
+  let writing: Promise<void> | undefined;
   try {
     // reuse: each chunk is written (and the sink keeps no reference) before the one after next is asked for.
-    for await (const chunk of readAhead(exactChunks(tensor, { chunkSize, reuse: true }))) await sink.write(chunk);
+    for await (const chunk of exactChunks(tensor, { chunkSize, reuse: true })) {
+      await writing;
+      writing = sink.write(chunk);
+      // Marked handled now: a failing write is reported when awaited, not as an unhandled rejection.
+      writing.catch(() => {});
+    }
+    await writing;
   } catch (error) {
+    // No write outlives the call, even when the reader failed first.
+    await writing?.catch(() => {});
     throw withContext(error, { tensor: tensor.name });
   }
 }

@@ -1,12 +1,11 @@
 /**
  * Raw DEFLATE and CRC-32, through `node:zlib` when it is there (Node: 2–3× faster than fflate to
  * inflate, more to deflate) and through fflate elsewhere (browsers). This file is the only place
- * that knows which one runs; `node:zlib` is imported dynamically so that bundles for browsers
- * never need it.
+ * that knows which one runs. Both are imported dynamically: bundles for browsers never need
+ * `node:zlib`, and Node never loads fflate (about 5 ms of start-up on every conversion).
  */
 import type * as NodeZlib from "node:zlib";
 import { StConvertError } from "@st-convert/core";
-import { Deflate, Inflate } from "fflate";
 
 /** Inflate, deflate and CRC-32 behind one interface. */
 export interface Codec {
@@ -46,9 +45,16 @@ let nodeCodec: Promise<Codec | undefined> | undefined;
  * Pass `"fflate"` to force the portable one (tests use it to exercise the browser path).
  */
 export async function loadCodec(prefer?: "fflate"): Promise<Codec> {
-  if (prefer === "fflate") return fflateCodec;
+  if (prefer === "fflate") return loadFflateCodec();
   nodeCodec ??= importNodeZlib().then((zlib) => (zlib === undefined ? undefined : makeNodeCodec(zlib)));
-  return (await nodeCodec) ?? fflateCodec;
+  return (await nodeCodec) ?? loadFflateCodec();
+}
+
+let fflateCodec: Promise<Codec> | undefined;
+
+function loadFflateCodec(): Promise<Codec> {
+  fflateCodec ??= import("fflate").then(({ Deflate, Inflate }) => makeFflateCodec(Deflate, Inflate));
+  return fflateCodec;
 }
 
 async function importNodeZlib(): Promise<typeof NodeZlib | undefined> {
@@ -116,52 +122,54 @@ function drained(stream: NodeZlib.InflateRaw | NodeZlib.DeflateRaw): Promise<voi
   });
 }
 
-const fflateCodec: Codec = {
-  name: "fflate",
-  crc32: tableCrc32,
-  async *inflateRaw(input) {
-    const out: Uint8Array[] = [];
-    let ended = false;
-    let started = false;
-    const inflater = new Inflate((chunk, final) => {
-      if (chunk.byteLength > 0) out.push(chunk);
-      if (final) ended = true;
-    });
-    const push = (piece: Uint8Array, final: boolean) => {
-      try {
-        inflater.push(piece, final);
-      } catch (error) {
-        throw new StConvertError("BadZipFile", `invalid DEFLATE data: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+function makeFflateCodec(Deflate: typeof import("fflate").Deflate, Inflate: typeof import("fflate").Inflate): Codec {
+  return {
+    name: "fflate",
+    crc32: tableCrc32,
+    async *inflateRaw(input) {
+      const out: Uint8Array[] = [];
+      let ended = false;
+      let started = false;
+      const inflater = new Inflate((chunk, final) => {
+        if (chunk.byteLength > 0) out.push(chunk);
+        if (final) ended = true;
+      });
+      const push = (piece: Uint8Array, final: boolean) => {
+        try {
+          inflater.push(piece, final);
+        } catch (error) {
+          throw new StConvertError("BadZipFile", `invalid DEFLATE data: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+        }
+      };
+      for await (const chunk of input) {
+        started ||= chunk.byteLength > 0;
+        for (let at = 0; at < chunk.byteLength && !ended; at += FFLATE_PIECE) {
+          push(chunk.subarray(at, at + FFLATE_PIECE), false);
+          while (out.length > 0) yield out.shift()!;
+        }
+        if (ended) break;
       }
-    };
-    for await (const chunk of input) {
-      started ||= chunk.byteLength > 0;
-      for (let at = 0; at < chunk.byteLength && !ended; at += FFLATE_PIECE) {
-        push(chunk.subarray(at, at + FFLATE_PIECE), false);
-        while (out.length > 0) yield out.shift()!;
+      // fflate accepts an empty stream; DEFLATE has no empty encoding (an empty block is 2 bytes).
+      if (!ended && !started) throw new StConvertError("BadZipFile", "invalid DEFLATE data: unexpected end of file (no data)");
+      if (!ended) push(new Uint8Array(0), true);
+      while (out.length > 0) yield out.shift()!;
+    },
+    async *deflateRaw(input, level) {
+      const out: Uint8Array[] = [];
+      const deflater = new Deflate({ level: level as 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 }, (chunk) => {
+        if (chunk.byteLength > 0) out.push(chunk);
+      });
+      for await (const chunk of input) {
+        for (let at = 0; at < chunk.byteLength; at += FFLATE_PIECE) {
+          deflater.push(chunk.subarray(at, at + FFLATE_PIECE), false);
+          while (out.length > 0) yield out.shift()!;
+        }
       }
-      if (ended) break;
-    }
-    // fflate accepts an empty stream; DEFLATE has no empty encoding (an empty block is 2 bytes).
-    if (!ended && !started) throw new StConvertError("BadZipFile", "invalid DEFLATE data: unexpected end of file (no data)");
-    if (!ended) push(new Uint8Array(0), true);
-    while (out.length > 0) yield out.shift()!;
-  },
-  async *deflateRaw(input, level) {
-    const out: Uint8Array[] = [];
-    const deflater = new Deflate({ level: level as 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 }, (chunk) => {
-      if (chunk.byteLength > 0) out.push(chunk);
-    });
-    for await (const chunk of input) {
-      for (let at = 0; at < chunk.byteLength; at += FFLATE_PIECE) {
-        deflater.push(chunk.subarray(at, at + FFLATE_PIECE), false);
-        while (out.length > 0) yield out.shift()!;
-      }
-    }
-    deflater.push(new Uint8Array(0), true);
-    while (out.length > 0) yield out.shift()!;
-  },
-};
+      deflater.push(new Uint8Array(0), true);
+      while (out.length > 0) yield out.shift()!;
+    },
+  };
+}
 
 /** CRC-32 tables for slicing by 8: T[k][b] is the CRC of byte b followed by k zero bytes. */
 let tables: Uint32Array[] | undefined;

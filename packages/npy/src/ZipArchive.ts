@@ -328,8 +328,11 @@ function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Pay
       checkRangeOf(member, offset, length);
       let crc = await crcOf(0, offset, 0);
       for await (const chunk of readRange(source, member.dataOffset + offset, length, options)) {
-        crc = codec.crc32(chunk, crc);
         yield chunk;
+        // Folded in once the consumer asks for the next chunk: a consumer that starts writing a
+        // chunk before asking for the next (pipeTensor) overlaps this CRC with that write. Chunks
+        // are read-only to consumers, and valid until the one after next is asked for.
+        crc = codec.crc32(chunk, crc);
       }
       crc = await crcOf(offset + length, member.size - offset - length, crc);
       if (crc !== member.crc32) throw crcError(member, crc);

@@ -4,13 +4,15 @@
  * did not earn.
  */
 import { crc32, deflateRawSync } from "node:zlib";
-import { existsSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { MemorySink, type TensorSource, bytesSource, isStConvertError, tensorFromBytes } from "@st-convert/core";
+import { MemorySink, type TensorSource, bytesSource, isStConvertError, pipeTensor, tensorFromBytes } from "@st-convert/core";
+import { openFileSource } from "@st-convert/core/node";
 import { readNpy, readNpz, writeNpz } from "@st-convert/npy";
 import { npyFile, smallNpy, zipOf } from "./build.js";
 import { hostileNpy } from "./hostileNpy.js";
-import { recordHostileCases } from "@st-convert/testing";
+import { makeTempDir, recordHostileCases } from "@st-convert/testing";
 
 /** Reads everything (headers, then every tensor's bytes) and returns the error, if any. */
 async function attempt(bytes: Uint8Array, kind: "npy" | "npz", options: Record<string, unknown> = {}): Promise<unknown> {
@@ -183,4 +185,43 @@ it("deflateRawSync from the test matches what the archives hold (builder sanity)
   const file = await readNpz(zipOf([member({ method: 8 })]));
   expect(file.tensors[0]!.shape).toEqual([2, 3]);
   expect(deflateRawSync(npy).byteLength).toBeGreaterThan(0);
+});
+
+describe("stored member CRC across chunks", () => {
+  // 4096 data bytes, copied in 1000-byte chunks: five chunks, the last one short.
+  const data = Uint8Array.from({ length: 4096 }, (_, i) => (i * 31 + 7) & 0xff);
+  const good = npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (1024,), }", data);
+  const headerBytes = good.byteLength - data.byteLength;
+  const damagedAt = (at: number) => {
+    const content = good.slice();
+    content[headerBytes + at]! ^= 0x10;
+    return zipOf([{ name: "a.npy", content, crc: crc32(good) }]);
+  };
+
+  /** Converts every tensor through pipeTensor, from memory or from a file (which reads into a reused ring of buffers). */
+  async function convert(archive: Uint8Array, from: "memory" | "file"): Promise<Uint8Array> {
+    const { dir, cleanup } = makeTempDir();
+    const path = join(dir, "a.npz");
+    writeFileSync(path, archive);
+    const source = from === "file" ? await openFileSource(path) : bytesSource(archive, path);
+    try {
+      const file = await readNpz(source);
+      const sink = new MemorySink();
+      for (const t of file.tensors) await pipeTensor(t, sink, 1000);
+      return sink.bytes();
+    } finally {
+      if (from === "file") await (source as Awaited<ReturnType<typeof openFileSource>>).close();
+      cleanup();
+    }
+  }
+
+  for (const from of ["memory", "file"] as const) {
+    it(`copies an intact member exactly (${from})`, async () => {
+      expect(Buffer.from(await convert(zipOf([{ name: "a.npy", content: good }]), from)).equals(Buffer.from(data))).toBe(true);
+    });
+
+    it.each([0, 1500, 4095])(`refuses a member damaged at data byte %i, after the chunk is handed on (${from})`, async (at) => {
+      await expect(convert(damagedAt(at), from)).rejects.toMatchObject({ code: "BadCrc", tensor: "a" });
+    });
+  }
 });
