@@ -31,7 +31,7 @@ const { values } = parseArgs({
 const size = parseSize(values.size);
 const runs = Number(values.runs);
 const work = join(root, values.dir);
-const cli = join(root, "packages", "cli", "dist", "cli.js");
+const cli = join(root, "packages", "cli", "dist", "st-convert.js");
 const python = process.env.ST_CONVERT_REF_PYTHON ?? (existsSync(join(root, ".venv-ref/bin/python")) ? join(root, ".venv-ref/bin/python") : undefined);
 const formats = spawnSync(process.execPath, [cli, "--help"], { encoding: "utf8" }).stdout;
 
@@ -188,7 +188,7 @@ function report(rows, big) {
     "",
     `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of ${runs} interleaved runs.`,
     `- Node ${process.version}; ${pyVersions}.`,
-    `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, `sync` before every run, no fsync inside it, for every contestant.`,
+    `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, \`sync\` before every run, no fsync inside it, for every contestant.`,
     "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
     "",
     "| path | input | st-convert | MiB/s | peak RSS | baseline | baseline time | ratio | target | met | same bytes as the reference |",

@@ -18,8 +18,8 @@ export function fixturePath(...parts: string[]): string {
   return join(REPO_ROOT, "fixtures", ...parts);
 }
 
-/** The CLI's built entry point, run as `node <path>` (tsc does not set the exec bit). */
-export const CLI_PATH = join(REPO_ROOT, "packages", "cli", "dist", "cli.js");
+/** The CLI as the package ships it (dist/st-convert.js, bundled after tsc), run as `node <path>`. */
+export const CLI_PATH = join(REPO_ROOT, "packages", "cli", "dist", "st-convert.js");
 
 /**
  * The reference Python (safetensors, numpy, ml_dtypes, flax): `ST_CONVERT_REF_PYTHON`, else
