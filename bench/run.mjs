@@ -161,8 +161,10 @@ function bigRss(bytes) {
       console.log(`bench: ${c.name} at ${fmt(mib(size) / 1024, 0)} GiB …`);
       const input = gen(c, size, dir);
       const output = join(dir, c.output);
+      spawnSync("sync");
       const ours = measure(...variantCommand("ours", c, input, output));
       rmSync(output, { force: true });
+      spawnSync("sync");
       const cp = measure("cp", [input, output]);
       rows.push({ name: c.name, inputBytes: statSync(input).size, ours, cp });
     } catch (error) {
