@@ -70,7 +70,7 @@ def gen_npy(out: str, nbytes: int, fortran: bool) -> None:
     array.flush()
 
 
-def gen_npz(out: str, nbytes: int, compressed: bool) -> None:
+def gen_npz(out: str, nbytes: int, compressed: bool, fortran: bool = False) -> None:
     rng = np.random.default_rng(2)
     arrays = {}
     for i, shape in enumerate(shapes_for(nbytes)):
@@ -79,6 +79,8 @@ def gen_npz(out: str, nbytes: int, compressed: bool) -> None:
             arrays[f"layer{i}.weight"] = (rng.integers(-8, 8, shape, dtype=np.int8).astype(np.float32) / 8)
         else:
             arrays[f"layer{i}.weight"] = rng.standard_normal(shape, dtype=np.float32)
+        if fortran:
+            arrays[f"layer{i}.weight"] = np.asfortranarray(arrays[f"layer{i}.weight"])
     (np.savez_compressed if compressed else np.savez)(out, **arrays)
 
 
@@ -105,6 +107,15 @@ def run(pipeline: str, src: str, out: str) -> None:
         with np.load(src) as npz:
             for k in npz.files:
                 npz[k]
+    elif pipeline == "npz-fortran2st":
+        # save_file writes an array's memory as it lies: a Fortran-order one would come out
+        # transposed under its C-order shape, so it is made C-contiguous first.
+        with np.load(src) as npz:
+            save_file({k: np.ascontiguousarray(npz[k]) for k in npz.files}, out)
+    elif pipeline == "npz-contiguous":
+        with np.load(src) as npz:
+            for k in npz.files:
+                np.ascontiguousarray(npz[k])
     elif pipeline == "fortran-contiguous":
         np.ascontiguousarray(np.load(src))
     elif pipeline == "fortran2st":
@@ -138,8 +149,8 @@ def main() -> None:
             gen_many(out, nbytes)
         elif kind in ("npy", "npy-fortran"):
             gen_npy(out, nbytes, kind == "npy-fortran")
-        elif kind in ("npz", "npz-compressed"):
-            gen_npz(out, nbytes, kind == "npz-compressed")
+        elif kind in ("npz", "npz-compressed", "npz-compressed-fortran"):
+            gen_npz(out, nbytes, kind != "npz", kind == "npz-compressed-fortran")
         elif kind == "flax":
             gen_flax(out, nbytes)
         else:

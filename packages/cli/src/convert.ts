@@ -12,7 +12,7 @@ import {
   type TensorSource,
   withContext,
 } from "@st-convert/core";
-import { type FileSource, createFileSink, openFileSource } from "@st-convert/core/node";
+import { type FileSource, createFileSink, createScratchFile, openFileSource } from "@st-convert/core/node";
 import { FORMATS, detectInputFormat, detectOutputFormat } from "./formats.js";
 import { type TransformOptions, transformTensors } from "./transforms.js";
 
@@ -130,7 +130,8 @@ async function openInput(
   formats: readonly TensorFormat[],
 ): Promise<{ format: TensorFormat; tensors: TensorSource }> {
   const format = await detectInputFormat(source, options.from, formats);
-  const opened = await format.open(source, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName });
+  // Scratch files go to the system's temporary folder (TMPDIR), removed as soon as they are made.
+  const opened = await format.open(source, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName, scratch: () => createScratchFile() });
   return { format, tensors: transformTensors(opened, options) };
 }
 

@@ -45,6 +45,24 @@ export interface ByteSink {
 }
 
 /**
+ * Room for bytes that must be read back out of order (a temporary file under Node: core/node's
+ * `createScratchFile`). Written once from the start, then read at random; gone after `dispose()`.
+ */
+export interface ScratchSpace {
+  /** A label for messages, such as the file path. */
+  readonly name?: string;
+  /** Appends `chunk`. */
+  write(chunk: Uint8Array): Promise<void>;
+  /** The bytes written so far, for random access. Valid until `dispose()`. */
+  source(): ByteSource;
+  /** Releases the space and its bytes. Safe to call more than once. */
+  dispose(): Promise<void>;
+}
+
+/** Makes a {@link ScratchSpace}; what readers take so that they can work on any runtime. */
+export type ScratchFactory = () => Promise<ScratchSpace>;
+
+/**
  * Chunk size for streaming copies: large enough that per-call overhead vanishes, small enough to
  * stay in cache-friendly territory. Measured on Node 20: 1–8 MiB buffers copy at `cp` speed,
  * 64 KiB ones at a fifth of it.

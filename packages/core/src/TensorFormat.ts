@@ -2,7 +2,7 @@
  * The one interface through which a format plugs into the `st-convert` command and the
  * `convert()` API. The CLI names no format in its own code: it lists registered formats.
  */
-import type { ByteSink, ByteSource } from "./ByteSource.js";
+import type { ByteSink, ByteSource, ScratchFactory } from "./ByteSource.js";
 import { StConvertError } from "./StConvertError.js";
 import type { TensorSource } from "./Tensor.js";
 
@@ -32,6 +32,12 @@ export interface FormatContext {
   readonly onWarning?: (message: string) => void;
   /** Path or label of the file, for default tensor names and messages. */
   readonly fileName?: string;
+  /**
+   * Scratch space for readers that need to read some bytes back out of order (the npz reader, for
+   * a large deflated Fortran-order member). The CLI gives temporary files; without it such readers
+   * fall back to slower ways that need none.
+   */
+  readonly scratch?: ScratchFactory;
 }
 
 /** A file format: how to recognise, read and write it. */

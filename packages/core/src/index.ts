@@ -6,6 +6,8 @@ export {
   type ByteInput,
   type ByteSink,
   type ByteSource,
+  type ScratchFactory,
+  type ScratchSpace,
   DEFAULT_CHUNK_SIZE,
   MemorySink,
   arraySink,

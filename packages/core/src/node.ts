@@ -4,8 +4,9 @@
  */
 import { readSync } from "node:fs";
 import { type FileHandle, link, open, rename, stat, unlink } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
-import { type ByteSink, type ByteSource, checkRange } from "./ByteSource.js";
+import { type ByteSink, type ByteSource, type ScratchSpace, checkRange } from "./ByteSource.js";
 import { StConvertError, isStConvertError, withContext } from "./StConvertError.js";
 
 /** A {@link ByteSource} over an open file; `close()` releases the descriptor. */
@@ -34,6 +35,11 @@ export async function openFileSource(path: string): Promise<FileSource> {
     await handle.close();
     throw ioError(error, path, "cannot read the file's size");
   }
+  return handleSource(handle, path, size);
+}
+
+/** A {@link FileSource} over an open handle holding `size` bytes; `close()` closes the handle. */
+function handleSource(handle: FileHandle, path: string, size: number): FileSource {
   const source: FileSource = {
     name: path,
     size,
@@ -179,6 +185,67 @@ async function linkIntoPlace(tempPath: string, path: string): Promise<void> {
     throw error;
   }
   await unlink(tempPath);
+}
+
+/** Options of {@link createScratchFile}. */
+export interface ScratchFileOptions {
+  /** Folder of the file. Default: the system's temporary folder (`os.tmpdir()`, which honours `TMPDIR`). */
+  dir?: string;
+}
+
+/**
+ * A {@link ScratchSpace} in a temporary file. The file is unlinked as soon as it is open where the
+ * system allows it (POSIX), so its bytes vanish with the descriptor even if the process is killed;
+ * elsewhere `dispose()` removes it.
+ * @throws StConvertError `Io` when the file cannot be made or written (the folder is missing or
+ *   read-only, the disk is full).
+ */
+export async function createScratchFile(options: ScratchFileOptions = {}): Promise<ScratchSpace> {
+  const path = join(options.dir ?? tmpdir(), `st-convert-scratch-${process.pid}-${Math.random().toString(36).slice(2, 10)}.tmp`);
+  let handle: FileHandle | undefined;
+  try {
+    handle = await open(path, "wx+", 0o600);
+  } catch (error) {
+    throw ioError(error, path, "cannot create a scratch file");
+  }
+  let linked = true;
+  try {
+    await unlink(path);
+    linked = false;
+  } catch {
+    // Windows may refuse to remove an open file: dispose() does it.
+  }
+  let size = 0;
+  return {
+    name: path,
+    async write(chunk) {
+      if (handle === undefined) throw new StConvertError("Io", "write to a disposed scratch file", { file: path });
+      try {
+        for (let done = 0; done < chunk.byteLength; ) {
+          const { bytesWritten } = await handle.write(chunk, done, chunk.byteLength - done, size + done);
+          done += bytesWritten;
+        }
+      } catch (error) {
+        throw ioError(error, path, "scratch file write failed");
+      }
+      size += chunk.byteLength;
+    },
+    source() {
+      if (handle === undefined) throw new StConvertError("Io", "read from a disposed scratch file", { file: path });
+      const source = handleSource(handle, path, size);
+      // The handle is the scratch file's, closed by dispose(), not by whoever reads.
+      return { ...source, close: async () => {} };
+    },
+    async dispose() {
+      const h = handle;
+      handle = undefined;
+      await h?.close().catch(() => {});
+      if (linked) {
+        linked = false;
+        await unlink(path).catch(() => {});
+      }
+    },
+  };
 }
 
 async function exists(path: string): Promise<boolean> {

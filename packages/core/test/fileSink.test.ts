@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, readdirSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createFileSink, openFileSource } from "@st-convert/core/node";
+import { createFileSink, createScratchFile, openFileSource } from "@st-convert/core/node";
 import { makeTempDir } from "@st-convert/testing";
 
 let dir: string;
@@ -121,5 +121,39 @@ describe("readRange", () => {
     } finally {
       await source.close();
     }
+  });
+});
+
+describe("scratch file", () => {
+  it("reads back what was written, at random and synchronously, and leaves no file in its folder", async () => {
+    const space = await createScratchFile({ dir });
+    try {
+      // Unlinked as soon as it is open (POSIX): nothing to clean up, even after a crash.
+      expect(readdirSync(dir)).toEqual([]);
+      await space.write(Uint8Array.of(0, 1, 2, 3));
+      await space.write(Uint8Array.of(4, 5, 6));
+      const source = space.source();
+      expect(source.size).toBe(7);
+      expect([...(await source.read(3, 4))]).toEqual([3, 4, 5, 6]);
+      const target = new Uint8Array(3);
+      source.readIntoSync!(1, target);
+      expect([...target]).toEqual([1, 2, 3]);
+      await expect(source.read(5, 3)).rejects.toMatchObject({ code: "UnexpectedEof" });
+      // Closing the source leaves the scratch file readable: it belongs to the space.
+      await (source as { close?: () => Promise<void> }).close?.();
+      expect([...(await space.source().read(0, 2))]).toEqual([0, 1]);
+    } finally {
+      await space.dispose();
+      await space.dispose();
+    }
+    await expect(space.write(Uint8Array.of(1))).rejects.toMatchObject({ code: "Io" });
+    expect(() => space.source()).toThrow(/disposed/);
+  });
+
+  it("reports a folder it cannot use as an Io error naming the file", async () => {
+    const error = await createScratchFile({ dir: join(dir, "missing") }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: "Io" });
+    expect(String((error as Error).message)).toMatch(/cannot create a scratch file: no such file or directory/);
+    expect((error as { file?: string }).file).toMatch(/missing\/st-convert-scratch-\d+-\w+\.tmp$/);
   });
 });

@@ -70,7 +70,7 @@ export const npzFormat: TensorFormat = {
   },
   async open(source, context) {
     const { readNpz } = await import("./npz.js");
-    return readNpz(source, { dtypes: stringListOption(context.options, "dtype"), onWarning: context.onWarning });
+    return readNpz(source, { dtypes: stringListOption(context.options, "dtype"), onWarning: context.onWarning, scratch: context.scratch });
   },
   async write(tensors, sink, context) {
     const { writeNpz } = await import("./npz.js");

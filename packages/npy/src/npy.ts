@@ -8,6 +8,7 @@
 import {
   type ByteInput,
   type ByteSink,
+  type ScratchFactory,
   DEFAULT_CHUNK_SIZE,
   StConvertError,
   type TensorEntry,
@@ -40,6 +41,13 @@ export interface NpyReadOptionsBase {
    * (16 MiB) from a file, `FORTRAN_SLAB_SIZE` (64 MiB) from other sources.
    */
   fortranSlabSize?: number;
+  /**
+   * Where a deflated Fortran-order npz member larger than one slab is inflated once, to be
+   * gathered from at random (`createScratchFile` from `@st-convert/core/node`; the CLI passes it).
+   * Without one, or if it fails (a full disk), the member is inflated again for every slab:
+   * correct, in the same memory, but slower by the number of slabs.
+   */
+  scratch?: ScratchFactory;
   /** Receives non-fatal notices (ignored trailing bytes, a Python 2 header, skipped members). */
   onWarning?: (message: string) => void;
 }

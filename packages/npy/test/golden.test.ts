@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { type ByteSource, type TensorSource, bytesSource, isStConvertError, readTensorBytes } from "@st-convert/core";
-import { openFileSource } from "@st-convert/core/node";
+import { createScratchFile, openFileSource } from "@st-convert/core/node";
 import { type NpzFile, readNpy, readNpz } from "@st-convert/npy";
 import { fixturePath, toHex } from "@st-convert/testing";
 
@@ -33,18 +33,27 @@ interface Variant {
   chunkSize?: number;
   fortranSlabSize?: number;
   file?: boolean;
+  /** Temporary files as scratch space (a deflated Fortran member past one slab is spilled to one). */
+  scratch?: boolean;
 }
 
 const VARIANTS: Record<string, Variant> = {
   default: {},
   "fflate, 7-byte chunks, 64-byte Fortran slabs": { codec: "fflate", chunkSize: 7, fortranSlabSize: 64 },
   "file source, 1000-byte chunks, 8-byte slabs": { file: true, chunkSize: 1000, fortranSlabSize: 8 },
+  "file source, scratch files, 333-byte chunks, 64-byte slabs": { file: true, scratch: true, chunkSize: 333, fortranSlabSize: 64 },
 };
 
 async function open(name: string, variant: Variant, dtypes: string[] = [], warnings: string[] = []): Promise<{ read: TensorSource; source: ByteSource & { close?: () => Promise<void> } }> {
   const path = fixturePath("npy", name);
   const source = variant.file === true ? await openFileSource(path) : bytesSource(readFileSync(path), name);
-  const options = { dtypes, fortranSlabSize: variant.fortranSlabSize, codec: variant.codec, onWarning: (m: string) => warnings.push(m) };
+  const options = {
+    dtypes,
+    fortranSlabSize: variant.fortranSlabSize,
+    codec: variant.codec,
+    scratch: variant.scratch === true ? () => createScratchFile() : undefined,
+    onWarning: (m: string) => warnings.push(m),
+  };
   const read = name.endsWith(".npz") ? await readNpz(source, options) : await readNpy(source, options);
   return { read, source };
 }
