@@ -2,7 +2,9 @@
  * The library API behind the command: `convert()` one file into another, `inspect()` a file.
  * Both behave exactly as the CLI does (same formats, same checks, same atomic output).
  */
+import { dirname, join } from "node:path";
 import {
+  type ByteSource,
   type ChunkOptions,
   type FormatOptionValues,
   type Metadata,
@@ -56,8 +58,8 @@ export interface ConvertResult {
 export async function convert(input: string, output: string, options: ConvertOptions = {}): Promise<ConvertResult> {
   const formats = options.formats ?? FORMATS;
   const outputFormat = detectOutputFormat(output, options.to, formats);
-  return withSource(input, async (source) => {
-    const { format: inputFormat, tensors } = await openInput(source, input, options, formats);
+  return withSource(input, async (source, openSibling) => {
+    const { format: inputFormat, tensors } = await openInput(source, input, options, formats, openSibling);
     const observed = observe(tensors, options.signal, options.onProgress);
     const sink = await createFileSink(output, { force: options.force ?? false });
     try {
@@ -101,8 +103,8 @@ export interface FileReport {
  */
 export async function inspect(input: string, options: InspectOptions = {}): Promise<FileReport> {
   const formats = options.formats ?? FORMATS;
-  return withSource(input, async (source) => {
-    const { format, tensors } = await openInput(source, input, options, formats);
+  return withSource(input, async (source, openSibling) => {
+    const { format, tensors } = await openInput(source, input, options, formats, openSibling);
     return {
       format: format.name,
       metadata: tensors.metadata,
@@ -111,14 +113,25 @@ export async function inspect(input: string, options: InspectOptions = {}): Prom
   });
 }
 
-async function withSource<T>(path: string, use: (source: FileSource) => Promise<T>): Promise<T> {
+/**
+ * Opens the input for `use`, with a way to open files named relative to it (an index's shards);
+ * closes them all when `use` is done.
+ */
+async function withSource<T>(path: string, use: (source: FileSource, openSibling: (name: string) => Promise<ByteSource>) => Promise<T>): Promise<T> {
   const source = await openFileSource(path);
+  const siblings: FileSource[] = [];
+  const openSibling = async (name: string): Promise<ByteSource> => {
+    const sibling = await openFileSource(join(dirname(path), name));
+    siblings.push(sibling);
+    return sibling;
+  };
   try {
-    return await use(source);
+    return await use(source, openSibling);
   } catch (error) {
     throw withContext(error, { file: path });
   } finally {
     await source.close();
+    for (const sibling of siblings) await sibling.close().catch(() => {});
   }
 }
 
@@ -128,10 +141,17 @@ async function openInput(
   fileName: string,
   options: InspectOptions,
   formats: readonly TensorFormat[],
+  openSibling: (name: string) => Promise<ByteSource>,
 ): Promise<{ format: TensorFormat; tensors: TensorSource }> {
   const format = await detectInputFormat(source, options.from, formats);
-  // Scratch files go to the system's temporary folder (TMPDIR), removed as soon as they are made.
-  const opened = await format.open(source, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName, scratch: () => createScratchFile() });
+  const opened = await format.open(source, {
+    options: options.formatOptions ?? {},
+    onWarning: options.onWarning,
+    fileName,
+    // Scratch files go to the system's temporary folder (TMPDIR), removed as soon as they are made.
+    scratch: () => createScratchFile(),
+    openSibling,
+  });
   return { format, tensors: transformTensors(opened, options) };
 }
 

@@ -134,7 +134,8 @@ export function describeError(error: unknown): string {
  * known format (hidden entries and the output folder itself are skipped; symbolic links to folders
  * are not followed, which rules out cycles; a file of an ambiguous extension such as `.json` is
  * taken only if its content looks like that format, so `config.json` beside the weights is
- * ignored, not failed); a file given by name is taken whatever its name and content. Outputs keep the
+ * ignored, not failed; a sharded checkpoint's index is left out, its shards being taken one by
+ * one); a file given by name is taken whatever its name and content. Outputs keep the
  * layout relative to the folder given, with the output format's extension.
  */
 export async function planBatch(
@@ -193,12 +194,17 @@ async function walk(dir: string, outRoot: string, formats: readonly TensorFormat
     if (entry.name.startsWith(".")) continue;
     const path = join(dir, entry.name);
     if (entry.isDirectory()) files.push(...(await walk(path, outRoot, formats)));
-    else if ((entry.isFile() || entry.isSymbolicLink()) && formatByExtension(entry.name, formats) !== undefined) {
+    else if ((entry.isFile() || entry.isSymbolicLink()) && walkable(formatByExtension(entry.name, formats))) {
       if (entry.isSymbolicLink() && !(await stat(path).then((s) => s.isFile(), () => false))) continue;
       files.push(path);
     }
   }
   return files;
+}
+
+/** True for a format whose files a folder walk takes (not an index, which is converted only when named). */
+function walkable(format: TensorFormat | undefined): boolean {
+  return format !== undefined && format.namedOnly !== true;
 }
 
 /** False for a file whose format's extension is ambiguous and whose first bytes are not that format. */

@@ -4,13 +4,13 @@
  * through their light `./format` entry points, which load readers and writers on first use: a
  * command pays only for the formats it touches (about 30 ms of start-up otherwise).
  */
-import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat } from "@st-convert/core";
+import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat, safetensorsIndexFormat } from "@st-convert/core";
 import { flaxFormat } from "@st-convert/flax/format";
 import { jsonFormat } from "@st-convert/json/format";
 import { npyFormat, npzFormat } from "@st-convert/npy/format";
 
 /** Every format st-convert reads and writes, in the order `--help` lists them. */
-export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, npyFormat, npzFormat, flaxFormat, jsonFormat];
+export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, safetensorsIndexFormat, npyFormat, npzFormat, flaxFormat, jsonFormat];
 
 /** The format called `name` (as in `--from`/`--to`), case-insensitive. */
 export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {

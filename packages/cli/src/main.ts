@@ -208,7 +208,9 @@ function version(): string {
 }
 
 function helpText(formats: readonly TensorFormat[], formatOptions: readonly FormatOption[]): string {
-  const formatLines = formats.map((f) => `  ${f.name.padEnd(12)} ${f.extensions.join(", ").padEnd(16)} ${f.description}`);
+  const nameWidth = Math.max(...formats.map((f) => f.name.length));
+  const extensionWidth = Math.max(...formats.map((f) => f.extensions.join(", ").length));
+  const formatLines = formats.map((f) => `  ${f.name.padEnd(nameWidth)} ${f.extensions.join(", ").padEnd(extensionWidth)} ${f.description}`);
   const optionLines = formatOptions.map((o) => {
     const flag = `--${o.name}${o.type === "string" ? ` ${o.valueName ?? "VALUE"}` : ""}`;
     const owners = formats.filter((f) => f.options?.some((x) => x.name === o.name)).map((f) => f.name);
@@ -221,6 +223,7 @@ Usage:
   st-convert <inputs or folders...> --out-dir DIR --to FORMAT [--jobs N] [--dry-run]
                                                         convert many; folders are searched recursively
   st-convert info <file> [--json]                       list a file's tensors and metadata
+  A sharded checkpoint is read through its index: st-convert model.safetensors.index.json model.npz
 
 Options:
   --from FORMAT            read inputs as FORMAT, whatever their names

@@ -44,7 +44,9 @@ export type CommonErrorCode =
   /** No format matches a `--from`/`--to` name, an extension or a file's content. */
   | "UnknownFormat"
   /** The conversion was stopped by the caller (signal, abort). */
-  | "Aborted";
+  | "Aborted"
+  /** A sharded checkpoint's index is malformed, names a file outside its folder, or disagrees with its shards. */
+  | "InvalidIndex";
 
 export type CoreErrorCode = SafetensorsErrorCode | CommonErrorCode;
 

@@ -38,6 +38,11 @@ export interface FormatContext {
    * fall back to slower ways that need none.
    */
   readonly scratch?: ScratchFactory;
+  /**
+   * Opens a file named relative to this one, read-only (the shards an index names). Whoever
+   * provides it closes what it opened once the conversion is over; the CLI does.
+   */
+  readonly openSibling?: (name: string) => Promise<ByteSource>;
 }
 
 /** A file format: how to recognise, read and write it. */
@@ -55,6 +60,11 @@ export interface TensorFormat {
    * tokenizers). Folder walks then take such a file only when `sniff` accepts its first bytes.
    */
   readonly ambiguousExtension?: boolean;
+  /**
+   * True when folder walks should leave files of this format alone: they are converted only when
+   * named (a sharded checkpoint's index, whose shards a walk takes one by one already).
+   */
+  readonly namedOnly?: boolean;
   /** True when the first bytes of a file look like this format (used when the extension says nothing). */
   sniff?(head: Uint8Array): boolean;
   /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */

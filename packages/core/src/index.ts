@@ -66,5 +66,12 @@ export {
   readTensorBytes,
   tensorFromBytes,
 } from "./Tensor.js";
+export {
+  MAX_INDEX_SIZE,
+  type SafetensorsIndexReadOptions,
+  type ShardedSafetensors,
+  readSafetensorsIndex,
+  safetensorsIndexFormat,
+} from "./safetensorsIndex.js";
 export { type FormatContext, type FormatOption, type FormatOptionValues, type TensorFormat, fileStem, stringListOption, stringOption } from "./TensorFormat.js";
 export { LITTLE_ENDIAN, swapBytesInPlace, swapBytesPortable } from "./swapBytes.js";

@@ -1,6 +1,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { isStConvertError, readSafetensors, readTensorBytes } from "@st-convert/core";
+import { join } from "node:path";
+import { StConvertError, bytesSource, isStConvertError, readSafetensors, readSafetensorsIndex, readTensorBytes } from "@st-convert/core";
 import { fixturePath, fuzzReader, safetensorsHostileCases } from "@st-convert/testing";
 
 const seeds = ["mixed.safetensors", "names_order.safetensors", "zero_sized.safetensors", "dtype_f4.safetensors", "metadata_escapes.safetensors"].map((f) =>
@@ -29,5 +30,24 @@ describe("safetensors reader under fuzzing", () => {
 
   it("has a seed corpus from the reference", () => {
     expect(readdirSync(fixturePath("safetensors")).length).toBeGreaterThan(5);
+  });
+});
+
+describe("sharded index reader under fuzzing", () => {
+  // huggingface_hub's checkpoint: the index is fuzzed, its shards are served from memory.
+  const hub = fixturePath("sharded", "hub");
+  const shards = new Map(readdirSync(hub).map((name) => [name, new Uint8Array(readFileSync(join(hub, name)))]));
+  const openShard = async (name: string) => {
+    const bytes = shards.get(name);
+    if (bytes === undefined) throw new StConvertError("Io", "cannot open for reading: no such file or directory", { file: name });
+    return bytesSource(bytes, name);
+  };
+  fuzzReader({
+    name: "safetensors index",
+    seeds: [shards.get("model.safetensors.index.json")!],
+    read: async (bytes) => {
+      const file = await readSafetensorsIndex(bytes, openShard);
+      for (const t of file.tensors) await readTensorBytes(t);
+    },
   });
 });

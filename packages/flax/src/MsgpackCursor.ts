@@ -27,7 +27,7 @@ export type Tag = (typeof Tag)[keyof typeof Tag];
 
 /**
  * Bytes read from the source at a time while walking the structure. Large enough that a file of
- * many small arrays costs few reads; small enough to be negligible beside the 4 MiB copy buffers.
+ * many small arrays costs few reads; small enough to be negligible beside the 2 MiB copy buffers.
  */
 const WINDOW_SIZE = 64 * 1024;
 

@@ -44,7 +44,7 @@ export interface FlaxWriteOptions {
    * a smaller value reproduces flax with `flax.serialization.MAX_CHUNK_SIZE` patched to it.
    */
   maxChunkSize?: number;
-  /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
+  /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (2 MiB). */
   chunkSize?: number;
   /** Deepest nesting written; flax's reader refuses more than 1024. Default {@link MAX_DEPTH}. */
   maxDepth?: number;

@@ -72,7 +72,7 @@ export interface ScanOptions {
   maxDepth?: number;
   /** Most bytes outside tensor data. Default {@link MAX_JSON_HEADER_SIZE}. */
   maxHeaderSize?: number;
-  /** Bytes read from the source at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
+  /** Bytes read from the source at a time. Default `DEFAULT_CHUNK_SIZE` (2 MiB). */
   windowSize?: number;
 }
 

@@ -252,7 +252,7 @@ export interface TensorJsonWriteOptions {
    * hold, a third larger than the bytes, and fast. Default false: values wherever they are lossless.
    */
   base64?: boolean;
-  /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
+  /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (2 MiB). */
   chunkSize?: number;
   /** Receives notices, such as a tensor written as base64 because values could not carry its bytes. */
   onWarning?: (message: string) => void;

@@ -400,7 +400,7 @@ function deflatedPayload(source: ByteSource, member: ZipMember, codec: Codec): P
       let pending: Uint8Array[] = [];
       let pendingLength = 0;
       const end = offset + length;
-      // Inflater buffers stay between 64 KiB and 4 MiB whatever the consumer asks; pieces are re-cut below.
+      // Inflater buffers stay between 64 KiB and DEFAULT_CHUNK_SIZE whatever the consumer asks; pieces are re-cut below.
       for await (const chunk of inflate(INFLATE_INPUT, Math.min(Math.max(chunkSize, 64 * 1024), DEFAULT_CHUNK_SIZE), true)) {
         const from = Math.max(0, offset - position);
         const to = Math.min(chunk.byteLength, end - position);

@@ -92,7 +92,7 @@ export async function readNpy(input: ByteInput, options: NpyReadOptions = {}): P
 
 /** Options of {@link writeNpy}. */
 export interface NpyWriteOptions {
-  /** Bytes pulled from the tensor at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
+  /** Bytes pulled from the tensor at a time. Default `DEFAULT_CHUNK_SIZE` (2 MiB). */
   chunkSize?: number;
   /** Receives notices: metadata dropped, a dtype numpy only sees as raw void. */
   onWarning?: (message: string) => void;

@@ -172,7 +172,7 @@ export interface NpzWriteOptions {
    * after deflating).
    */
   crcPrePass?: boolean;
-  /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (4 MiB). */
+  /** Bytes pulled from a tensor at a time. Default `DEFAULT_CHUNK_SIZE` (2 MiB). */
   chunkSize?: number;
   /** `"fflate"` forces the portable codec browsers use; default: `node:zlib` when present. */
   codec?: "auto" | "fflate";

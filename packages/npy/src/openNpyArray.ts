@@ -108,31 +108,33 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
    * way), or undefined when the scratch space fails: a notice, and the caller falls back to passes.
    */
   async function spill(scratch: ScratchFactory): Promise<ScratchSpace | undefined> {
-    let space: ScratchSpace | undefined;
-    let failure: unknown;
+    const fallBack = (error: unknown): undefined => {
+      const reason = error instanceof Error ? error.message : String(error);
+      options.onWarning?.(`no scratch space for the Fortran-order member (${reason}); it is inflated once per slab instead, which is slower`);
+      return undefined;
+    };
+    let space: ScratchSpace;
     try {
       space = await scratch();
-      for await (const chunk of payload.range(dataOffset, byteLength, { chunkSize: SPILL_CHUNK })) {
-        // The payload's own errors (a bad CRC) propagate; the scratch space's end the spill.
-        failure = await space.write(chunk).then(
-          () => undefined,
-          (error: unknown) => error ?? new Error("scratch write failed"),
-        );
-        if (failure !== undefined) break;
-      }
     } catch (error) {
-      if (space !== undefined) {
-        await space.dispose();
-        throw error;
-      }
-      failure = error;
+      return fallBack(error);
     }
-    if (failure === undefined) return space;
-    await space?.dispose();
-    options.onWarning?.(
-      `no scratch space for the Fortran-order member (${failure instanceof Error ? failure.message : String(failure)}); it is inflated once per slab instead, which is slower`,
-    );
-    return undefined;
+    try {
+      for await (const chunk of payload.range(dataOffset, byteLength, { chunkSize: SPILL_CHUNK })) {
+        try {
+          await space.write(chunk);
+        } catch (error) {
+          // The scratch space failed (a full disk), not the file.
+          await space.dispose();
+          return fallBack(error);
+        }
+      }
+      return space;
+    } catch (error) {
+      // The payload's own errors (a bad CRC, a short member) are the file's, reported as they are.
+      await space.dispose();
+      throw error;
+    }
   }
 
   async function* repacked(block: number): AsyncGenerator<Uint8Array> {

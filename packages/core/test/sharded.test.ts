@@ -1,0 +1,157 @@
+/**
+ * Sharded checkpoints read through their index. The checkpoint is huggingface_hub's own
+ * (`save_torch_state_dict`, fixtures/sharded/hub); the manifest is what the reference loader reads
+ * from it. Broken indexes are built here from those shards.
+ */
+import { createHash } from "node:crypto";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { type ByteSource, StConvertError, bytesSource, readSafetensorsIndex, readTensorBytes } from "@st-convert/core";
+import { fixturePath, safetensorsFile } from "@st-convert/testing";
+
+interface Manifest {
+  index_metadata: Record<string, unknown>;
+  shards: string[];
+  tensors: { name: string; dtype: string; shape: number[]; sha256: string }[];
+}
+
+const hub = fixturePath("sharded", "hub");
+const manifest = JSON.parse(readFileSync(fixturePath("sharded", "manifest.json"), "utf8")) as Manifest;
+const indexText = readFileSync(join(hub, "model.safetensors.index.json"), "utf8");
+const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+
+/** Opens shards from the fixture folder, or from `extra` (name → bytes) first; records what was opened. */
+function shardOpener(extra: Record<string, Uint8Array> = {}) {
+  const opened: string[] = [];
+  const open = async (name: string): Promise<ByteSource> => {
+    opened.push(name);
+    if (name in extra) return bytesSource(extra[name]!, name);
+    return bytesSource(readFileSync(join(hub, name)), join(hub, name));
+  };
+  return { open, opened };
+}
+
+const index = (text: string) => bytesSource(new TextEncoder().encode(text), "model.safetensors.index.json");
+const withMap = (weightMap: Record<string, unknown>, metadata: unknown = { total_size: 0 }) => index(JSON.stringify({ metadata, weight_map: weightMap }));
+const realMap = () => (JSON.parse(indexText) as { weight_map: Record<string, string> }).weight_map;
+
+async function refusal(promise: Promise<unknown>): Promise<StConvertError> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(StConvertError);
+  return error as StConvertError;
+}
+
+describe("readSafetensorsIndex on huggingface_hub's checkpoint", () => {
+  it("has several shards, as the fixture intends", () => {
+    expect(manifest.shards.length).toBeGreaterThan(2);
+    expect(readdirSync(hub).sort()).toEqual([...manifest.shards, "model.safetensors.index.json"].sort());
+  });
+
+  it("lists the tensors the reference loads, in weight_map order, with their bytes", async () => {
+    const { open, opened } = shardOpener();
+    const warnings: string[] = [];
+    const file = await readSafetensorsIndex(index(indexText), open, { onWarning: (m) => warnings.push(m) });
+    expect(file.tensors.map((t) => [t.name, t.dtype, [...t.shape]])).toEqual(manifest.tensors.map((t) => [t.name, t.dtype, t.shape]));
+    for (const [i, tensor] of file.tensors.entries()) expect(sha256(await readTensorBytes(tensor)), tensor.name).toBe(manifest.tensors[i]!.sha256);
+    expect(file.shards).toEqual(manifest.shards);
+    expect(opened).toEqual(manifest.shards);
+    expect({ ...file.metadata }).toEqual({ format: "pt" });
+    expect(file.indexMetadata).toEqual(manifest.index_metadata);
+    expect(warnings).toEqual([]);
+  });
+});
+
+describe("readSafetensorsIndex refuses an index that does not hold together", () => {
+  it.each([
+    ["not JSON", index("{"), "InvalidIndex", /not a JSON index/],
+    ["JSON but not an object", index("[1]"), "InvalidIndex", /a JSON object with a "weight_map"/],
+    ["no weight_map", index('{"metadata": {}}'), "InvalidIndex", /"weight_map" must be an object/],
+    ["a shard name that is not a string", withMap({ w: 3 }), "InvalidIndex", /maps "w" to 3, not to a file name/],
+    ["an absolute shard name", withMap({ w: "/etc/passwd.safetensors" }), "InvalidIndex", /absolute path/],
+    ["a Windows drive", withMap({ w: "C:model.safetensors" }), "InvalidIndex", /absolute path/],
+    ["a shard name climbing out", withMap({ w: "../../secret/model.safetensors" }), "InvalidIndex", /climbs out/],
+    ["a backslash climbing out", withMap({ w: "sub\\..\\..\\model.safetensors" }), "InvalidIndex", /climbs out/],
+    ["a shard that is not a .safetensors", withMap({ w: "model.bin" }), "InvalidIndex", /does not end in \.safetensors/],
+    ["metadata that is not an object", index('{"metadata": 3, "weight_map": {}}'), "InvalidIndex", /"metadata" must be an object/],
+  ])("%s", async (_label, source, code, message) => {
+    const { open, opened } = shardOpener();
+    const error = await refusal(readSafetensorsIndex(source, open));
+    expect(error.code).toBe(code);
+    expect(error.message).toMatch(message);
+    expect(error.file).toBe("model.safetensors.index.json");
+    // Nothing was opened on the strength of a bad index.
+    expect(opened).toEqual([]);
+  });
+
+  it("refuses an index past maxIndexSize before reading it", async () => {
+    const error = await refusal(readSafetensorsIndex(index(indexText), shardOpener().open, { maxIndexSize: 100 }));
+    expect(error.code).toBe("LimitExceeded");
+  });
+
+  it("refuses a tensor its shard does not hold, naming it", async () => {
+    const map = { ...realMap(), "model.ghost": manifest.shards[0]! };
+    const error = await refusal(readSafetensorsIndex(withMap(map), shardOpener().open));
+    expect(error.code).toBe("TensorNotFound");
+    expect(error.tensor).toBe("model.ghost");
+    expect(error.message).toMatch(new RegExp(`maps it to "${manifest.shards[0]!}", which does not hold it`));
+  });
+
+  it("refuses a shard holding a tensor the index does not list", async () => {
+    const map = realMap();
+    const dropped = manifest.tensors[manifest.tensors.length - 1]!.name;
+    delete map[dropped];
+    const error = await refusal(readSafetensorsIndex(withMap(map), shardOpener().open));
+    expect(error.code).toBe("InvalidIndex");
+    expect(error.tensor).toBe(dropped);
+    expect(error.message).toMatch(/holds a tensor the index does not list/);
+  });
+
+  it("refuses a tensor mapped to another shard than the one holding it", async () => {
+    const map = realMap();
+    // From a shard that keeps other tensors (so it is still opened) to another one.
+    const [, first, second] = manifest.shards as [string, string, string];
+    const moved = Object.keys(map).find((name) => map[name] === first)!;
+    map[moved] = second;
+    const error = await refusal(readSafetensorsIndex(withMap(map), shardOpener().open));
+    expect(error.code).toBe("InvalidIndex");
+    expect(error.tensor).toBe(moved);
+    expect(error.message).toMatch(new RegExp(`holds a tensor the index maps to "${second}"`));
+  });
+
+  it("names the shard when a shard itself is broken", async () => {
+    const broken = new Uint8Array(4);
+    const { open } = shardOpener({ "broken.safetensors": broken });
+    const error = await refusal(readSafetensorsIndex(withMap({ w: "broken.safetensors" }), open));
+    expect(error.code).toBe("HeaderTooSmall");
+    expect(error.file).toBe("broken.safetensors");
+  });
+});
+
+describe("readSafetensorsIndex notices", () => {
+  /** A one-tensor shard, byte by byte. */
+  const shard = (name: string, metadata: Record<string, string>) =>
+    safetensorsFile(JSON.stringify({ __metadata__: metadata, [name]: { dtype: "U8", shape: [2], data_offsets: [0, 2] } }), Uint8Array.of(1, 2));
+
+  it("warns when total_size is not what the tensors hold", async () => {
+    const warnings: string[] = [];
+    const { open } = shardOpener({ "a.safetensors": shard("a", { format: "pt" }) });
+    await readSafetensorsIndex(withMap({ a: "a.safetensors" }, { total_size: 999 }), open, { onWarning: (m) => warnings.push(m) });
+    expect(warnings).toEqual(["the index's total_size is 999, but its tensors hold 2 bytes"]);
+  });
+
+  it("keeps the metadata every shard agrees on and drops, with a notice, what they do not", async () => {
+    const warnings: string[] = [];
+    const { open } = shardOpener({
+      "a.safetensors": shard("a", { format: "pt", step: "1" }),
+      "b.safetensors": shard("b", { format: "pt", step: "2" }),
+    });
+    const file = await readSafetensorsIndex(withMap({ a: "a.safetensors", b: "b.safetensors" }, { total_size: 4 }), open, { onWarning: (m) => warnings.push(m) });
+    expect({ ...file.metadata }).toEqual({ format: "pt" });
+    expect(warnings).toEqual(['metadata "step" differs between shards (or some lack it); dropped']);
+    expect(file.tensors.map((t) => t.name)).toEqual(["a", "b"]);
+  });
+});
