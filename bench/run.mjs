@@ -216,7 +216,7 @@ function report(rows, big) {
       "",
       `## Peak memory at ${fmt(mib(parseSize(values.big)) / 1024, 0)} GiB (flax at ${fmt(Math.min(mib(parseSize(values.big)), mib(FLAX_BIG)) / 1024, 0)} GiB)`,
       "",
-      "One run each, st-convert then `cp`: the figure that matters is peak RSS. Past a few GiB the output no longer fits the page cache's dirty limit, so the times measure the disk's writeback and whoever writes first pays for the other's flush; they are not comparable.",
+      "One run each, st-convert then `cp`, each after a `sync`: the figure that matters is peak RSS. Past a few GiB the output no longer fits the page cache's dirty limit (20 % of memory here), so the times mostly measure the disk's writeback, which varies more than the copies do.",
       "",
       "| path | input | st-convert time | peak RSS | cp time |",
       "|---|---|---|---|---|",
@@ -228,9 +228,10 @@ function report(rows, big) {
     "## Reading these figures",
     "",
     "- The machine is shared: the same command varies by 20–50 % between runs, and the Python pipelines by more. Ratios near a target flip between runs; the raw times below show the spread.",
-    "- st-convert copies through user space (a read and a write per chunk, 4 MiB buffers reused); `cp` copies in the kernel (`copy_file_range`). On 2 cores that puts pass-through paths at 1.1–1.4× `cp`.",
-    "- A stored `.npz` adds the CRC-32 check of every member (zlib's crc32, about 0.15 s per GiB here), which competes with the two copies for the 2 cores: 1.5–1.7× `cp` across runs. The check stays: an archive whose bytes do not match their CRC is refused, as numpy's zipfile refuses it.",
-    "- The Fortran repack reads one short run per column; from a file it reads synchronously (`readIntoSync`) into 16 MiB slabs.",
+    "- st-convert copies through user space: a read and a write per 2 MiB chunk, from a ring of three reused buffers, one chunk's write running while the next is read; `cp` copies in the kernel (`copy_file_range`), one copy instead of two. Node's own start-up is about 50 ms of each run here (35 ms of it from this machine's `NODE_EXTRA_CA_CERTS`, which Node loads before any script runs); st-convert's bundle adds about 7 ms.",
+    "- Chunks of 4 MiB made most runs on this machine spend 2–3× the system time in page-cache writes (2.0–2.3× `cp` against 1.1–1.4× with 2 MiB, same paths, medians of 9–11 runs), hence the 2 MiB default.",
+    "- A stored `.npz` adds the CRC-32 check of every member (zlib's crc32, about 0.15 s of CPU per GiB). It is folded in while the chunk before is being written, but on 2 cores it still competes with the read and the write, which is why this path is the slowest of the pass-through ones. The check stays: an archive whose bytes do not match their CRC is refused, as numpy's zipfile refuses it.",
+    "- The Fortran repack reads one short run per column; from a file it reads synchronously (`readIntoSync`) into 16 MiB slabs. A deflated Fortran-order member is inflated once into a scratch file and repacked from there. Its Python baseline needs `np.ascontiguousarray`: `safetensors.numpy.save_file` writes an array's memory as it lies, so a Fortran-order array would come out transposed under its C-order shape.",
   );
   lines.push("", "Raw times (seconds, in run order):", "");
   for (const { c, summary } of rows) lines.push(`- ${c.name}: ${Object.entries(summary).map(([v, s]) => `${v === "ours" ? "st-convert" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`).join("; ")}`);
