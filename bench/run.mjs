@@ -4,8 +4,8 @@
 //   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--out docs/benchmarks.md]
 //
 // Inputs are made by the reference tools (bench/reference.py) in bench-out/ (gitignored) and
-// removed at the end. Figures are medians; peak RSS comes from /usr/bin/time. The page cache is
-// warm (inputs were just written); `sync` runs before every timed run, and nothing is fsynced
+// removed at the end. Each contestant runs once untimed before the timed, interleaved runs.
+// Figures are medians; peak RSS comes from /usr/bin/time. The page cache is warm (inputs were just written); `sync` runs before every timed run, and nothing is fsynced
 // inside one, for every contestant alike.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -124,6 +124,13 @@ function runCase(c) {
   const inputBytes = statSync(input).size;
   const variants = ["ours", ...c.baselines.filter((b) => b === "cp" || python !== undefined)];
   const results = Object.fromEntries(variants.map((v) => [v, []]));
+  // One untimed run of each first: the machine settles after making the input (page cache,
+  // memory the generator freed), so the first timed runs measure the conversion, not the aftermath.
+  for (const variant of variants) {
+    const [cmd, args] = variantCommand(variant, c, input, output);
+    measure(cmd, args);
+    rmSync(output, { force: true });
+  }
   for (let r = 0; r < runs; r++) {
     for (let k = 0; k < variants.length; k++) {
       const variant = variants[(k + r) % variants.length]; // interleaved, rotating order
@@ -191,7 +198,7 @@ function report(rows, big) {
     "",
     `Written by \`pnpm bench\` (bench/run.mjs) on ${new Date().toISOString().slice(0, 10)}. Rerun it to refresh this page.`,
     "",
-    `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of ${runs} interleaved runs.`,
+    `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of ${runs} interleaved runs after one untimed run each.`,
     `- Node ${process.version}; ${pyVersions}.`,
     `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, \`sync\` before every run, no fsync inside it, for every contestant.`,
     "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
