@@ -5,8 +5,9 @@
 //
 // Inputs are made by the reference tools (bench/reference.py) in bench-out/ (gitignored) and
 // removed at the end. Each contestant runs once untimed before the timed, interleaved runs.
-// Figures are medians; peak RSS comes from /usr/bin/time. The page cache is warm (inputs were just written); `sync` runs before every timed run, and nothing is fsynced
-// inside one, for every contestant alike.
+// Figures are medians; peak RSS comes from /usr/bin/time. The page cache is warm (inputs were
+// just written); `sync` runs before every timed run, and nothing is fsynced inside one, for every
+// contestant alike.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, openSync, readSync, rmSync, statSync, writeFileSync } from "node:fs";
