@@ -111,9 +111,7 @@ export async function createFileSink(path: string, options: FileSinkOptions = {}
   if (!force && (await exists(path))) {
     throw new StConvertError("OutputExists", "the output exists; pass --force (or { force: true }) to replace it", { file: path });
   }
-  // Unique enough with the process id; "wx" refuses an existing name rather than reuse it.
-  // (node:crypto would add about 4 ms of start-up to every conversion.)
-  const tempPath = join(dirname(path), `.${basename(path)}.${process.pid}-${Math.random().toString(36).slice(2, 10)}.tmp`);
+  const tempPath = join(dirname(path), `.${basename(path)}.${uniqueTag()}.tmp`);
   let handle: FileHandle | undefined;
   try {
     handle = await open(tempPath, "wx");
@@ -133,14 +131,10 @@ export async function createFileSink(path: string, options: FileSinkOptions = {}
     tempPath,
     async write(chunk) {
       if (state !== "open" || handle === undefined) throw new StConvertError("Io", `write to a ${state} sink`, { file: path });
-      let done = 0;
-      while (done < chunk.byteLength) {
-        try {
-          const { bytesWritten } = await handle.write(chunk, done, chunk.byteLength - done);
-          done += bytesWritten;
-        } catch (error) {
-          throw ioError(error, path, "write failed");
-        }
+      try {
+        await writeAll(handle, chunk);
+      } catch (error) {
+        throw ioError(error, path, "write failed");
       }
     },
     async close() {
@@ -201,7 +195,7 @@ export interface ScratchFileOptions {
  *   read-only, the disk is full).
  */
 export async function createScratchFile(options: ScratchFileOptions = {}): Promise<ScratchSpace> {
-  const path = join(options.dir ?? tmpdir(), `st-convert-scratch-${process.pid}-${Math.random().toString(36).slice(2, 10)}.tmp`);
+  const path = join(options.dir ?? tmpdir(), `st-convert-scratch-${uniqueTag()}.tmp`);
   let handle: FileHandle | undefined;
   try {
     handle = await open(path, "wx+", 0o600);
@@ -221,10 +215,7 @@ export async function createScratchFile(options: ScratchFileOptions = {}): Promi
     async write(chunk) {
       if (handle === undefined) throw new StConvertError("Io", "write to a disposed scratch file", { file: path });
       try {
-        for (let done = 0; done < chunk.byteLength; ) {
-          const { bytesWritten } = await handle.write(chunk, done, chunk.byteLength - done, size + done);
-          done += bytesWritten;
-        }
+        await writeAll(handle, chunk, size);
       } catch (error) {
         throw ioError(error, path, "scratch file write failed");
       }
@@ -246,6 +237,23 @@ export async function createScratchFile(options: ScratchFileOptions = {}): Promi
       }
     },
   };
+}
+
+/**
+ * A part of a temporary file's name: the process id and a random tag. Unique enough, since files
+ * are created with "wx", which refuses an existing name rather than reuse it. (node:crypto would add
+ * about 4 ms of start-up to every conversion.)
+ */
+function uniqueTag(): string {
+  return `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+}
+
+/** Writes all of `chunk`: at `position` when given, else at the file's own position. */
+async function writeAll(handle: FileHandle, chunk: Uint8Array, position?: number): Promise<void> {
+  for (let done = 0; done < chunk.byteLength; ) {
+    const { bytesWritten } = await handle.write(chunk, done, chunk.byteLength - done, position === undefined ? null : position + done);
+    done += bytesWritten;
+  }
 }
 
 async function exists(path: string): Promise<boolean> {

@@ -5,7 +5,7 @@
  */
 import { type ByteInput, type ByteSource, toByteSource } from "./ByteSource.js";
 import { type SafetensorsReadOptions, readSafetensors } from "./safetensors.js";
-import { StConvertError, quoteName, withContext } from "./StConvertError.js";
+import { StConvertError, isStConvertError, quoteName, withContext } from "./StConvertError.js";
 import { type Metadata, type TensorEntry, type TensorSource, createMetadata } from "./Tensor.js";
 import type { TensorFormat } from "./TensorFormat.js";
 
@@ -63,7 +63,7 @@ export async function readSafetensorsIndex(
   try {
     parsed = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(await source.read(0, source.size)));
   } catch (error) {
-    if (error instanceof StConvertError) throw error;
+    if (isStConvertError(error)) throw error;
     bad(`not a JSON index: ${error instanceof Error ? error.message : String(error)}`);
   }
   if (!isObject(parsed)) return bad("not an index: a JSON object with a \"weight_map\" is expected");
