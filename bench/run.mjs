@@ -83,6 +83,12 @@ function measure(command, args) {
   return { seconds: run.seconds, rssMiB: run.rssMiB };
 }
 
+/** `measure`, after flushing the dirty pages a previous run left, so that no run pays for another's writeback. */
+function measureAfterSync(command, args) {
+  spawnSync("sync");
+  return measure(command, args);
+}
+
 function variantCommand(variant, c, input, output) {
   if (variant === "ours") return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet"]];
   if (variant === "cp") return ["cp", [input, output]];
@@ -125,21 +131,19 @@ function runCase(c) {
   const inputBytes = statSync(input).size;
   const variants = ["ours", ...c.baselines.filter((b) => b === "cp" || python !== undefined)];
   const results = Object.fromEntries(variants.map((v) => [v, []]));
+  /** One run of `variant`, its output removed afterwards. */
+  const runVariant = (variant) => {
+    const run = measureAfterSync(...variantCommand(variant, c, input, output));
+    rmSync(output, { force: true });
+    return run;
+  };
   // One untimed run of each first: the machine settles after making the input (page cache,
   // memory the generator freed), so the first timed runs measure the conversion, not the aftermath.
-  for (const variant of variants) {
-    const [cmd, args] = variantCommand(variant, c, input, output);
-    measure(cmd, args);
-    rmSync(output, { force: true });
-  }
+  for (const variant of variants) runVariant(variant);
   for (let r = 0; r < runs; r++) {
     for (let k = 0; k < variants.length; k++) {
       const variant = variants[(k + r) % variants.length]; // interleaved, rotating order
-      const [cmd, args] = variantCommand(variant, c, input, output);
-      // Dirty pages left by the previous contestant are flushed first, so that no run pays for another's writeback.
-      spawnSync("sync");
-      results[variant].push(measure(cmd, args));
-      rmSync(output, { force: true });
+      results[variant].push(runVariant(variant));
     }
   }
   let identical;
@@ -172,11 +176,9 @@ function bigRss(bytes) {
       console.log(`bench: ${c.name} at ${fmt(mib(size) / 1024, 0)} GiB …`);
       const input = gen(c, size, dir);
       const output = join(dir, c.output);
-      spawnSync("sync");
-      const ours = measure(...variantCommand("ours", c, input, output));
+      const ours = measureAfterSync(...variantCommand("ours", c, input, output));
       rmSync(output, { force: true });
-      spawnSync("sync");
-      const cp = measure("cp", [input, output]);
+      const cp = measureAfterSync("cp", [input, output]);
       rows.push({ name: c.name, inputBytes: statSync(input).size, ours, cp });
     } catch (error) {
       console.warn(`bench: ${c.name} at ${values.big} not run: ${error.message.split("\n")[0]}`);

@@ -71,6 +71,7 @@ export async function readSafetensorsIndex(
   if (!isObject(weightMap)) return bad("not an index: \"weight_map\" must be an object mapping tensor names to shard files");
   const metadata = parsed.metadata;
   if (metadata !== undefined && metadata !== null && !isObject(metadata)) bad("\"metadata\" must be an object");
+  const indexMetadata = isObject(metadata) ? metadata : null;
 
   // Tensor → shard, and the shards in order of first appearance.
   const shardOf = new Map<string, string>();
@@ -112,7 +113,7 @@ export async function readSafetensorsIndex(
     tensors.push(tensor);
   }
 
-  const totalSize = isObject(metadata) ? metadata.total_size : undefined;
+  const totalSize = indexMetadata?.total_size;
   const sum = tensors.reduce((n, t) => n + t.byteLength, 0);
   if (totalSize !== undefined && totalSize !== sum) {
     options.onWarning?.(`the index's total_size is ${JSON.stringify(totalSize)}, but its tensors hold ${sum} bytes`);
@@ -122,7 +123,7 @@ export async function readSafetensorsIndex(
     metadata: agreedMetadata(shardMetadata, options.onWarning),
     tensors,
     shards,
-    indexMetadata: isObject(metadata) ? metadata : null,
+    indexMetadata,
   };
 }
 

@@ -17,7 +17,7 @@ import {
 import { FORTRAN_SLAB_SIZE, type RangeReader, fortranToC } from "./fortranToC.js";
 import { type NpyHeader, type NpyHeaderOptions, type NpyVersion, readNpyHeader } from "./NpyHeader.js";
 import { type DtypeDeclarations, parseDescr, resolveVoid } from "./NpyDtype.js";
-import { type Payload, StreamCursor } from "./Payload.js";
+import { type Payload, StreamCursor, sourcePayload } from "./Payload.js";
 
 /** Chunks a Fortran repack pulls from a forward-only payload. */
 const CURSOR_CHUNK = 4 * 1024 * 1024;
@@ -146,19 +146,20 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
     if (payload.random === undefined && options.scratch !== undefined && byteLength > (slabSize ?? FORTRAN_SLAB_SIZE)) {
       space = await spill(options.scratch);
     }
-    if (space !== undefined) {
-      const spilled = space.source();
-      reader = { random: true, read: (offset, length) => spilled.read(offset, length), readIntoSync: spilled.readIntoSync?.bind(spilled) };
-    } else if (payload.random === undefined) {
+    // After a spill the array is read back from scratch space, where it starts at byte 0 and has
+    // nothing left to verify (the spill checked the container).
+    const from = space === undefined ? payload : sourcePayload(space.source());
+    const start = space === undefined ? dataOffset : 0;
+    const random = from.random;
+    const intoSync = from.randomIntoSync;
+    if (random === undefined) {
       // A forward-only payload, read in passes. No reuse: the cursor keeps chunks across its reads.
-      reader = cursor = new StreamCursor(() => payload.range(dataOffset, byteLength, { chunkSize: CURSOR_CHUNK }));
+      reader = cursor = new StreamCursor(() => from.range(start, byteLength, { chunkSize: CURSOR_CHUNK }));
     } else {
-      const random = payload.random;
-      const intoSync = payload.randomIntoSync;
       reader = {
         random: true,
-        read: (offset, length) => random(dataOffset + offset, length),
-        readIntoSync: intoSync === undefined ? undefined : (offset, target) => intoSync(dataOffset + offset, target),
+        read: (offset, length) => random(start + offset, length),
+        readIntoSync: intoSync === undefined ? undefined : (offset, target) => intoSync(start + offset, target),
       };
     }
     try {
@@ -166,9 +167,8 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
         swapBytesInPlace(chunk, swapUnit);
         yield chunk;
       }
-      // The container's integrity check: over all the bytes, or to the end of the cursor's pass
-      // (a spill has checked it already).
-      if (space === undefined) await (cursor === undefined ? payload.verify() : cursor.finish());
+      // The container's integrity check: over all the bytes, or to the end of the cursor's pass.
+      await (cursor === undefined ? from.verify() : cursor.finish());
     } finally {
       await cursor?.close();
       await space?.dispose();
