@@ -51,15 +51,97 @@ const hasFormat = (name) => new RegExp(`^\\s+${name}\\s`, "m").test(formats);
  * `target` is the issue's goal as [baseline label, largest ratio ours/baseline].
  */
 const cases = [
-  { name: "safetensors → safetensors", kind: "safetensors", input: "model.safetensors", output: "out.safetensors", format: "safetensors", baselines: ["cp", "py:st2st"], reference: "st2st", target: ["cp", 1.5] },
-  { name: "npy → safetensors", kind: "npy", input: "x.npy", output: "out.safetensors", format: "npy", baselines: ["cp", "py:npy2st"], reference: "npy2st", target: ["cp", 1.5] },
-  { name: "npz (stored) → safetensors", kind: "npz", input: "model.npz", output: "out.safetensors", format: "npz", baselines: ["cp", "py:npz2st"], reference: "npz2st", target: ["cp", 1.5] },
-  { name: "npz (deflated) → safetensors", kind: "npz-compressed", input: "model.npz", output: "out.safetensors", format: "npz", baselines: ["py:npz-load", "py:npz2st"], reference: "npz2st", target: ["py:npz-load", 1.2] },
-  { name: "npz (deflated, Fortran order) → safetensors", kind: "npz-compressed-fortran", input: "model.npz", output: "out.safetensors", format: "npz", baselines: ["py:npz-contiguous", "py:npz-fortran2st"], reference: "npz-fortran2st", target: ["py:npz-contiguous", 2] },
-  { name: "npy Fortran order → safetensors", kind: "npy-fortran", input: "x.npy", output: "out.safetensors", format: "npy", baselines: ["py:fortran-contiguous", "py:fortran2st"], reference: "fortran2st", target: ["py:fortran-contiguous", 2] },
-  { name: "flax msgpack → safetensors", kind: "flax", input: "flax_model.msgpack", output: "out.safetensors", format: "flax", baselines: ["cp", "py:flax2st"], reference: "flax2st", target: ["cp", 1.5] },
-  { name: "info, 10,000 tensors (process start included)", kind: "many", count: 10_000, input: "many.safetensors", info: true, format: "safetensors", baselines: ["py:keys"], target: ["py:keys", 2] },
-  { name: "safetensors → JSON, one 256 MiB F32 tensor", kind: "safetensors", bytes: 256 * 1024 ** 2, count: 1, input: "t.safetensors", output: "out.json", format: "json", baselines: ["py:json-dumps"], target: ["py:json-dumps", 1] },
+  {
+    name: "safetensors → safetensors",
+    kind: "safetensors",
+    input: "model.safetensors",
+    output: "out.safetensors",
+    format: "safetensors",
+    baselines: ["cp", "py:st2st"],
+    reference: "st2st",
+    target: ["cp", 1.5],
+  },
+  {
+    name: "npy → safetensors",
+    kind: "npy",
+    input: "x.npy",
+    output: "out.safetensors",
+    format: "npy",
+    baselines: ["cp", "py:npy2st"],
+    reference: "npy2st",
+    target: ["cp", 1.5],
+  },
+  {
+    name: "npz (stored) → safetensors",
+    kind: "npz",
+    input: "model.npz",
+    output: "out.safetensors",
+    format: "npz",
+    baselines: ["cp", "py:npz2st"],
+    reference: "npz2st",
+    target: ["cp", 1.5],
+  },
+  {
+    name: "npz (deflated) → safetensors",
+    kind: "npz-compressed",
+    input: "model.npz",
+    output: "out.safetensors",
+    format: "npz",
+    baselines: ["py:npz-load", "py:npz2st"],
+    reference: "npz2st",
+    target: ["py:npz-load", 1.2],
+  },
+  {
+    name: "npz (deflated, Fortran order) → safetensors",
+    kind: "npz-compressed-fortran",
+    input: "model.npz",
+    output: "out.safetensors",
+    format: "npz",
+    baselines: ["py:npz-contiguous", "py:npz-fortran2st"],
+    reference: "npz-fortran2st",
+    target: ["py:npz-contiguous", 2],
+  },
+  {
+    name: "npy Fortran order → safetensors",
+    kind: "npy-fortran",
+    input: "x.npy",
+    output: "out.safetensors",
+    format: "npy",
+    baselines: ["py:fortran-contiguous", "py:fortran2st"],
+    reference: "fortran2st",
+    target: ["py:fortran-contiguous", 2],
+  },
+  {
+    name: "flax msgpack → safetensors",
+    kind: "flax",
+    input: "flax_model.msgpack",
+    output: "out.safetensors",
+    format: "flax",
+    baselines: ["cp", "py:flax2st"],
+    reference: "flax2st",
+    target: ["cp", 1.5],
+  },
+  {
+    name: "info, 10,000 tensors (process start included)",
+    kind: "many",
+    count: 10_000,
+    input: "many.safetensors",
+    info: true,
+    format: "safetensors",
+    baselines: ["py:keys"],
+    target: ["py:keys", 2],
+  },
+  {
+    name: "safetensors → JSON, one 256 MiB F32 tensor",
+    kind: "safetensors",
+    bytes: 256 * 1024 ** 2,
+    count: 1,
+    input: "t.safetensors",
+    output: "out.json",
+    format: "json",
+    baselines: ["py:json-dumps"],
+    target: ["py:json-dumps", 1],
+  },
 ];
 
 const LABELS = {
@@ -157,7 +239,10 @@ function runCase(c) {
   }
   rmSync(dir, { recursive: true, force: true });
   const summary = Object.fromEntries(
-    Object.entries(results).map(([v, xs]) => [v, { seconds: median(xs.map((x) => x.seconds)), rssMiB: median(xs.map((x) => x.rssMiB)), all: xs.map((x) => x.seconds) }]),
+    Object.entries(results).map(([v, xs]) => [
+      v,
+      { seconds: median(xs.map((x) => x.seconds)), rssMiB: median(xs.map((x) => x.rssMiB)), all: xs.map((x) => x.seconds) },
+    ]),
   );
   return { c, inputBytes, summary, identical };
 }
@@ -194,7 +279,14 @@ const fmt = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "n/a");
 
 function report(rows, big) {
   const pyVersions = python
-    ? spawnSync(python, ["-c", "import numpy, safetensors, flax, sys; print(f'Python {sys.version.split()[0]}, numpy {numpy.__version__}, safetensors {safetensors.__version__}, flax {flax.__version__}')"], { encoding: "utf8" }).stdout.trim()
+    ? spawnSync(
+        python,
+        [
+          "-c",
+          "import numpy, safetensors, flax, sys; print(f'Python {sys.version.split()[0]}, numpy {numpy.__version__}, safetensors {safetensors.__version__}, flax {flax.__version__}')",
+        ],
+        { encoding: "utf8" },
+      ).stdout.trim()
     : "no reference Python (Python baselines skipped)";
   const lines = [
     "# Benchmarks",
@@ -231,7 +323,8 @@ function report(rows, big) {
       "| path | input | st-convert time | peak RSS | cp time |",
       "|---|---|---|---|---|",
     );
-    for (const r of big) lines.push(`| ${r.name} | ${fmt(mib(r.inputBytes) / 1024, 2)} GiB | ${fmt(r.ours.seconds)} s | ${fmt(r.ours.rssMiB, 0)} MiB | ${fmt(r.cp.seconds)} s |`);
+    for (const r of big)
+      lines.push(`| ${r.name} | ${fmt(mib(r.inputBytes) / 1024, 2)} GiB | ${fmt(r.ours.seconds)} s | ${fmt(r.ours.rssMiB, 0)} MiB | ${fmt(r.cp.seconds)} s |`);
   }
   lines.push(
     "",
@@ -245,7 +338,12 @@ function report(rows, big) {
     "- The Fortran repack reads one short run per column; from a file it reads synchronously (`readIntoSync`) into 16 MiB slabs. A deflated Fortran-order member is inflated once into a scratch file and repacked from there. Its Python baseline needs `np.ascontiguousarray`: `safetensors.numpy.save_file` writes an array's memory as it lies, so a Fortran-order array would come out transposed under its C-order shape.",
   );
   lines.push("", "Raw times (seconds, in run order):", "");
-  for (const { c, summary } of rows) lines.push(`- ${c.name}: ${Object.entries(summary).map(([v, s]) => `${v === "ours" ? "st-convert" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`).join("; ")}`);
+  for (const { c, summary } of rows)
+    lines.push(
+      `- ${c.name}: ${Object.entries(summary)
+        .map(([v, s]) => `${v === "ours" ? "st-convert" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`)
+        .join("; ")}`,
+    );
   return `${lines.join("\n")}\n`;
 }
 
@@ -258,7 +356,9 @@ for (const c of selected) {
   console.log(`bench: ${c.name} …`);
   const row = runCase(c);
   rows.push(row);
-  console.log(`  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}`);
+  console.log(
+    `  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}`,
+  );
 }
 // Written before the long big-file runs too, so that an interrupted run still leaves its figures.
 writeFileSync(resolve(root, values.out), report(rows, []));

@@ -16,7 +16,11 @@ let round = 0;
 do {
   const seed = values.seed ?? String(Math.floor(Math.random() * 2 ** 31));
   console.log(`fuzz round ${++round}: FUZZ_RUNS=${values.runs} FUZZ_SEED=${seed}`);
-  const run = spawnSync(vitest, ["run", "fuzz", ...(values.project === undefined ? [] : ["--project", values.project])], { cwd: root, stdio: "inherit", env: { ...process.env, FUZZ_RUNS: values.runs, FUZZ_SEED: seed } });
+  const run = spawnSync(vitest, ["run", "fuzz", ...(values.project === undefined ? [] : ["--project", values.project])], {
+    cwd: root,
+    stdio: "inherit",
+    env: { ...process.env, FUZZ_RUNS: values.runs, FUZZ_SEED: seed },
+  });
   if (run.status !== 0) {
     console.log(`fuzz: failure with FUZZ_SEED=${seed} (rerun: pnpm fuzz --seed ${seed} --runs ${values.runs})`);
     process.exit(1);

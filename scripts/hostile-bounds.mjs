@@ -40,7 +40,10 @@ for (const entry of entries) {
   const refusedAsExpected = entry.expected === "ok" ? run.status === 0 : run.status === 1 && lines.length === 1 && lines[0].includes(`[${entry.expected}]`);
   // A refusal by the command may come from a check that runs before the reader's (the output
   // format's own rules): exit 1 with one coded line is still a clean refusal.
-  const clean = entry.expected === "ok" ? run.status === 0 : run.status === 1 && lines.length === 1 && /\[[A-Za-z0-9]+\]$/.test(lines[0]) && !lines[0].includes("internal error");
+  const clean =
+    entry.expected === "ok"
+      ? run.status === 0
+      : run.status === 1 && lines.length === 1 && /\[[A-Za-z0-9]+\]$/.test(lines[0]) && !lines[0].includes("internal error");
   results.push({ ...entry, status: run.status, seconds, rssMB, refusedAsExpected, clean, message: lines[0] ?? "" });
 }
 
@@ -57,8 +60,10 @@ for (const [format, rs] of byFormat) {
   );
 }
 const breaches = results.filter((r) => !r.clean || r.seconds > TIME_LIMIT_S || r.rssMB > RSS_LIMIT_MB);
-for (const r of results.filter((r) => r.clean && !r.refusedAsExpected)) console.log(`note: ${r.format} "${r.attack}": refused by the command with another code than the reader's: ${r.message}`);
-for (const r of breaches) console.log(`BREACH: ${r.format} "${r.attack}": status ${r.status}, ${r.seconds.toFixed(2)} s, ${r.rssMB.toFixed(0)} MB: ${r.message}`);
+for (const r of results.filter((r) => r.clean && !r.refusedAsExpected))
+  console.log(`note: ${r.format} "${r.attack}": refused by the command with another code than the reader's: ${r.message}`);
+for (const r of breaches)
+  console.log(`BREACH: ${r.format} "${r.attack}": status ${r.status}, ${r.seconds.toFixed(2)} s, ${r.rssMB.toFixed(0)} MB: ${r.message}`);
 console.log(`\nhostile: ${results.length} files, ${breaches.length} breaches (limits: ${TIME_LIMIT_S} s, ${RSS_LIMIT_MB} MB)`);
 if (values.keep === undefined) rmSync(corpus, { recursive: true, force: true });
 process.exit(breaches.length > 0 ? 1 : 0);

@@ -10,7 +10,10 @@ const input = "fixtures/npy/sample_model.npz"; // written by numpy (fixtures/gen
 const output = "out/sample.safetensors";
 
 mkdirSync(new URL("../out", import.meta.url), { recursive: true });
-for (const args of [[input, output, "--force"], ["info", output]]) {
+for (const args of [
+  [input, output, "--force"],
+  ["info", output],
+]) {
   console.log(`$ st-convert ${args.join(" ")}`);
   const run = spawnSync(process.execPath, [cli, ...args], { cwd: root, stdio: "inherit" });
   if (run.status !== 0) process.exit(run.status ?? 1);

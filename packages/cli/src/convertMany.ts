@@ -3,6 +3,7 @@
  * keeping the relative layout. Every file is attempted; the summary says what was converted,
  * skipped and failed, and why.
  */
+import type { Stats } from "node:fs";
 import { mkdir, readdir, stat } from "node:fs/promises";
 import { basename, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
@@ -166,7 +167,7 @@ export async function planBatch(
   };
 
   for (const input of inputs) {
-    let info;
+    let info: Stats;
     try {
       info = await stat(input);
     } catch {
@@ -195,7 +196,14 @@ async function walk(dir: string, outRoot: string, formats: readonly TensorFormat
     const path = join(dir, entry.name);
     if (entry.isDirectory()) files.push(...(await walk(path, outRoot, formats)));
     else if ((entry.isFile() || entry.isSymbolicLink()) && walkable(formatByExtension(entry.name, formats))) {
-      if (entry.isSymbolicLink() && !(await stat(path).then((s) => s.isFile(), () => false))) continue;
+      if (
+        entry.isSymbolicLink() &&
+        !(await stat(path).then(
+          (s) => s.isFile(),
+          () => false,
+        ))
+      )
+        continue;
       files.push(path);
     }
   }

@@ -117,7 +117,9 @@ export async function main(argv: readonly string[], io: CliIo, formats: readonly
 
     if (values.jobs !== undefined || values["dry-run"] === true) throw new UsageError("--jobs and --dry-run go with --out-dir (batch conversion)");
     if (positionals.length !== 2) {
-      throw new UsageError(positionals.length < 2 ? "expected an input and an output file" : `expected two files (or --out-dir DIR for many), got ${positionals.length}`);
+      throw new UsageError(
+        positionals.length < 2 ? "expected an input and an output file" : `expected two files (or --out-dir DIR for many), got ${positionals.length}`,
+      );
     }
     const [input, output] = positionals as [string, string];
     const result = await convert(input, output, {
@@ -129,7 +131,8 @@ export async function main(argv: readonly string[], io: CliIo, formats: readonly
     });
     progress?.clear();
     if (values.json === true) io.stdout(`${JSON.stringify(result)}\n`);
-    else if (!quiet) io.stderr(`st-convert: ${input} (${result.inputFormat}) -> ${output} (${result.outputFormat}): ${result.tensors} tensors, ${formatSize(result.bytes)}\n`);
+    else if (!quiet)
+      io.stderr(`st-convert: ${input} (${result.inputFormat}) -> ${output} (${result.outputFormat}): ${result.tensors} tensors, ${formatSize(result.bytes)}\n`);
     return EXIT_OK;
   } catch (error) {
     progress?.clear();
@@ -138,7 +141,10 @@ export async function main(argv: readonly string[], io: CliIo, formats: readonly
 }
 
 function reportError(error: unknown, io: CliIo, debug: boolean): number {
-  if (error instanceof UsageError || (isStConvertError(error) && (error.code === "UnknownFormat" || (error.code === "InvalidArgument" && error.file === undefined)))) {
+  if (
+    error instanceof UsageError ||
+    (isStConvertError(error) && (error.code === "UnknownFormat" || (error.code === "InvalidArgument" && error.file === undefined)))
+  ) {
     io.stderr(`st-convert: ${error.message}\nTry 'st-convert --help'.\n`);
     return EXIT_USAGE;
   }
@@ -309,7 +315,8 @@ function batchReport(summary: BatchSummary, quiet: boolean): string {
   }
   for (const job of summary.failed) lines.push(`  failed: ${job.message}`);
   const total = summary.converted.length + summary.skipped.length + summary.failed.length;
-  if (!quiet && summary.ignored.length > 0) lines.push(`  ignored ${summary.ignored.length} file(s) whose content is not a tensor file (e.g. ${summary.ignored[0]})`);
+  if (!quiet && summary.ignored.length > 0)
+    lines.push(`  ignored ${summary.ignored.length} file(s) whose content is not a tensor file (e.g. ${summary.ignored[0]})`);
   const verb = summary.dryRun ? "would convert" : "converted";
   lines.push(
     `st-convert: ${verb} ${summary.converted.length}, skipped ${summary.skipped.length}, failed ${summary.failed.length} (of ${total} files)${summary.stopped ? "; stopped before the end" : ""}`,

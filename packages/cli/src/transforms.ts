@@ -58,8 +58,7 @@ export function transformTensors(source: TensorSource, options: TransformOptions
     tensors.push(name === entry.name ? entry : renamed(entry, name));
   }
   const extra = options.metadata ?? {};
-  const metadata =
-    Object.keys(extra).length === 0 ? source.metadata : createMetadata([...Object.entries(source.metadata ?? {}), ...Object.entries(extra)]);
+  const metadata = Object.keys(extra).length === 0 ? source.metadata : createMetadata([...Object.entries(source.metadata ?? {}), ...Object.entries(extra)]);
   return { metadata, tensors };
 }
 

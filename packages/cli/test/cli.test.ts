@@ -87,7 +87,9 @@ describe("st-convert info", () => {
   it("names the tensor in the message", () => {
     const path = join(dir, "bad.safetensors");
     writeFileSync(path, safetensorsFile('{"w":{"dtype":"I32","shape":[2,2],"data_offsets":[0,4]}}', 4));
-    expect(runCli(["info", path]).stderr).toBe(`st-convert: ${path}: tensor "w": invalid shape, data type, or offset: I32 [2, 2] needs 16 bytes, data_offsets [0, 4] hold 4 [TensorInvalidInfo]\n`);
+    expect(runCli(["info", path]).stderr).toBe(
+      `st-convert: ${path}: tensor "w": invalid shape, data type, or offset: I32 [2, 2] needs 16 bytes, data_offsets [0, 4] hold 4 [TensorInvalidInfo]\n`,
+    );
   });
 
   it("shows a stack trace only with --debug", () => {

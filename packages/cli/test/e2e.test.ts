@@ -13,7 +13,11 @@ const { dir, cleanup } = makeTempDir("st-convert-e2e-");
 const app = join(dir, "app");
 
 function sh(command: string, args: string[], cwd: string): { status: number; stdout: string; stderr: string } {
-  const result = spawnSync(command, args, { cwd, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", npm_config_update_notifier: "false", npm_config_fund: "false", npm_config_audit: "false" } });
+  const result = spawnSync(command, args, {
+    cwd,
+    encoding: "utf8",
+    env: { ...process.env, NO_COLOR: "1", npm_config_update_notifier: "false", npm_config_fund: "false", npm_config_audit: "false" },
+  });
   return { status: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
 }
 
@@ -48,7 +52,11 @@ describe("installed from the packed tarballs", () => {
     copyFileSync(fixturePath("npy", "sample_model.npz"), join(app, "in.npz"));
     const run = npx("in.npz", "from-npz.safetensors");
     expect(run.status, run.stderr).toBe(0);
-    for (const [file, format] of [["from-npz.msgpack", "flax"], ["from-npz.json", "json"], ["from-npz.npz", "npz"]] as const) {
+    for (const [file, format] of [
+      ["from-npz.msgpack", "flax"],
+      ["from-npz.json", "json"],
+      ["from-npz.npz", "npz"],
+    ] as const) {
       expect(npx("from-npz.safetensors", file).status).toBe(0);
       const info = JSON.parse(npx("info", file, "--json").stdout) as { format: string; tensors: unknown[] };
       expect(info).toMatchObject({ format });
@@ -103,7 +111,10 @@ describe("installed from the packed tarballs", () => {
     ]);
     const python = referencePython();
     if (python !== undefined) {
-      const views = runPython(python, "reference_safetensors.py", ["read", ...["a/m", "a/numpy", "all", "big_endian"].map((f) => join(app, "converted", `${f}.safetensors`))])
+      const views = runPython(python, "reference_safetensors.py", [
+        "read",
+        ...["a/m", "a/numpy", "all", "big_endian"].map((f) => join(app, "converted", `${f}.safetensors`)),
+      ])
         .trim()
         .split("\n")
         .map((line) => JSON.parse(line) as { ok: boolean });

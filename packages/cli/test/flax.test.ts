@@ -24,10 +24,11 @@ const flax = (name: string) => fixturePath("flax", name);
 
 async function safetensorsView(path: string) {
   const file = await readSafetensors(readFileSync(path));
-  const tensors = await Promise.all(file.tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], hex: toHex(await readTensorBytes(t)) })));
+  const tensors = await Promise.all(
+    file.tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], hex: toHex(await readTensorBytes(t)) })),
+  );
   return { metadata: file.metadata, tensors: tensors.sort((a, b) => (a.name < b.name ? -1 : 1)) };
 }
-
 
 describe("st-convert flax -> safetensors", () => {
   it.each(Object.entries(manifest))("%s: the tensors msgpack_restore gives, as safetensors", async (name, expected) => {
@@ -52,7 +53,14 @@ describe("st-convert flax -> safetensors", () => {
     const out = join(dir, "out.safetensors");
     expect(runCli([flax("scalars_and_leaves.msgpack"), out, "--keep-scalars"]).status).toBe(0);
     const names = (await safetensorsView(out)).tensors.map((t) => [t.name, t.dtype]);
-    expect(names).toEqual(expect.arrayContaining([["py_int", "I64"], ["py_u64", "U64"], ["py_float", "F64"], ["py_bool", "BOOL"]]));
+    expect(names).toEqual(
+      expect.arrayContaining([
+        ["py_int", "I64"],
+        ["py_u64", "U64"],
+        ["py_float", "F64"],
+        ["py_bool", "BOOL"],
+      ]),
+    );
   });
 
   it("--sep / joins names with a slash", () => {
@@ -153,7 +161,10 @@ describe("refusals", () => {
 
   it("F4 cannot be written as flax", async () => {
     const input = join(dir, "f4.safetensors");
-    writeFileSync(input, await serializeSafetensors({ metadata: null, tensors: [tensorFromBytes({ name: "q", dtype: "F4", shape: [2] }, Uint8Array.of(0x21))] }));
+    writeFileSync(
+      input,
+      await serializeSafetensors({ metadata: null, tensors: [tensorFromBytes({ name: "q", dtype: "F4", shape: [2] }, Uint8Array.of(0x21))] }),
+    );
     oneLineRefusal([input, join(dir, "out.msgpack")], "Unsupported");
   });
 });

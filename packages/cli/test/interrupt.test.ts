@@ -28,9 +28,9 @@ describe("interrupting a conversion", () => {
     const input = join(dir, "in.safetensors");
     sparseSafetensors(input, 64 * 1024 * 1024);
     const controller = new AbortController();
-    await expect(
-      convert(input, join(dir, "out.safetensors"), { signal: controller.signal, onProgress: () => controller.abort() }),
-    ).rejects.toMatchObject({ code: "Aborted" });
+    await expect(convert(input, join(dir, "out.safetensors"), { signal: controller.signal, onProgress: () => controller.abort() })).rejects.toMatchObject({
+      code: "Aborted",
+    });
     expect(readdirSync(dir)).toEqual(["in.safetensors"]);
   });
 
@@ -69,7 +69,10 @@ describe("a full disk", () => {
       const input = join(dir, "in.safetensors");
       sparseSafetensors(input, 2 * 1024 * 1024);
       writeFileSync(join(disk, "out.safetensors"), "keep");
-      for (const args of [[input, join(disk, "out.safetensors"), "--force"], [input, join(disk, "new.safetensors")]]) {
+      for (const args of [
+        [input, join(disk, "out.safetensors"), "--force"],
+        [input, join(disk, "new.safetensors")],
+      ]) {
         const run = runCli(args);
         expect(run.status).toBe(1);
         expect(run.stderr).toMatch(/no space left on the device \[Io\]\n$/);
@@ -81,4 +84,3 @@ describe("a full disk", () => {
     }
   });
 });
-

@@ -15,9 +15,13 @@ afterEach(() => cleanup());
 
 const goldens = readdirSync(fixturePath("safetensors")).filter((f) => f.endsWith(".safetensors"));
 
-
 describe("st-convert safetensors -> json -> safetensors", () => {
-  it.each(goldens.flatMap((f) => [[f, "values"], [f, "base64"]]))("%s (%s) comes back byte-identical", (name, form) => {
+  it.each(
+    goldens.flatMap((f) => [
+      [f, "values"],
+      [f, "base64"],
+    ]),
+  )("%s (%s) comes back byte-identical", (name, form) => {
     const json = join(dir, "x.json");
     const back = join(dir, "back.safetensors");
     const there = runCli([fixturePath("safetensors", name), json, ...(form === "base64" ? ["--base64"] : [])]);
@@ -80,9 +84,19 @@ describe("st-convert info on a .json", () => {
 
 describe("refusals", () => {
   const refused: [string, string, string, RegExp][] = [
-    ["a value out of range", '{"w": {"dtype": "U8", "shape": [2], "data": [1, 300]}}', "ValueOutOfRange", /bad\.json: tensor "w": w\.data\[1\]: 300 is out of range for U8 \(0 to 255\)/],
+    [
+      "a value out of range",
+      '{"w": {"dtype": "U8", "shape": [2], "data": [1, 300]}}',
+      "ValueOutOfRange",
+      /bad\.json: tensor "w": w\.data\[1\]: 300 is out of range for U8 \(0 to 255\)/,
+    ],
     ["a count mismatch", '{"w": {"dtype": "F32", "shape": [2, 2], "data": [1, 2, 3]}}', "ShapeMismatch", /bad\.json: tensor "w": w\.data: 3 values/],
-    ["a duplicate key", '{"w": {"dtype": "U8", "dtype": "U8", "shape": [], "data": 1}}', "DuplicateKey", /bad\.json: tensor "w": w: the field "dtype" appears twice/],
+    [
+      "a duplicate key",
+      '{"w": {"dtype": "U8", "dtype": "U8", "shape": [], "data": 1}}',
+      "DuplicateKey",
+      /bad\.json: tensor "w": w: the field "dtype" appears twice/,
+    ],
     ["an unknown dtype", '{"w": {"dtype": "F128", "shape": [1], "data": [1]}}', "UnknownDtype", /bad\.json: tensor "w": w\.dtype: unknown dtype "F128"/],
     ["non-string metadata", '{"__metadata__": {"step": 3}}', "InvalidMetadata", /bad\.json: __metadata__\.step: the value is a number, not a string/],
     ["a float overflowing F16", '{"h": {"dtype": "F16", "shape": [1], "data": [1e5]}}', "ValueOutOfRange", /tensor "h": h\.data\[0\]: 1e5 overflows F16/],

@@ -24,11 +24,16 @@ const npy = (name: string) => fixturePath("npy", name);
 
 async function view(path: string) {
   const bytes = readFileSync(path);
-  const file = path.endsWith(".safetensors") ? await readSafetensors(bytes) : path.endsWith(".npz") ? await readNpz(bytes, { dtypes: ["V2=BF16"] }) : await readNpy(bytes);
-  const tensors = await Promise.all(file.tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], hex: toHex(await readTensorBytes(t)) })));
+  const file = path.endsWith(".safetensors")
+    ? await readSafetensors(bytes)
+    : path.endsWith(".npz")
+      ? await readNpz(bytes, { dtypes: ["V2=BF16"] })
+      : await readNpy(bytes);
+  const tensors = await Promise.all(
+    file.tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], hex: toHex(await readTensorBytes(t)) })),
+  );
   return { metadata: file.metadata === null ? null : { ...file.metadata }, tensors: tensors.sort((a, b) => (a.name < b.name ? -1 : 1)) };
 }
-
 
 const convertible = Object.entries(manifest).filter(([name, e]) => e.expect.tensors !== undefined && (name.endsWith(".npz") || e.expect.tensors.length === 1));
 

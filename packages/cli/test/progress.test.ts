@@ -13,7 +13,11 @@ describe("progress line", () => {
   it("draws nothing during the first half second, then redraws in place and clears", () => {
     let now = 0;
     const out: string[] = [];
-    const line = createProgressLine((t) => out.push(t), 80, () => now);
+    const line = createProgressLine(
+      (t) => out.push(t),
+      80,
+      () => now,
+    );
     line.update("f", 10, 100);
     expect(out).toEqual([]);
     now = 600;

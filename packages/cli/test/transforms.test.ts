@@ -10,7 +10,8 @@ beforeEach(() => ({ dir, cleanup } = makeTempDir()));
 afterEach(() => cleanup());
 
 const mixed = fixturePath("safetensors", "mixed.safetensors");
-const infoOf = (path: string) => JSON.parse(runCli(["info", path, "--json"]).stdout) as { metadata: Record<string, string> | null; tensors: { name: string }[] };
+const infoOf = (path: string) =>
+  JSON.parse(runCli(["info", path, "--json"]).stdout) as { metadata: Record<string, string> | null; tensors: { name: string }[] };
 
 describe("--metadata, --rename, --filter, --exclude", () => {
   it("adds and overrides metadata entries", () => {
@@ -22,22 +23,34 @@ describe("--metadata, --rename, --filter, --exclude", () => {
   it("renames with a regular expression and keeps the bytes", async () => {
     const out = join(dir, "o.safetensors");
     expect(runCli([mixed, out, "--rename", "^model\\.=", "--rename", "layers\\.(\\d+)=h.$1"]).status).toBe(0);
-    const names = infoOf(out).tensors.map((t) => t.name).sort();
-    expect(names).toEqual(["embed_tokens.weight", "h.0.mlp.gate.weight", "h.0.self_attn.q_proj.bias", "h.0.self_attn.q_proj.weight", "lm_head.weight", "mask", "norm.weight", "step"]);
+    const names = infoOf(out)
+      .tensors.map((t) => t.name)
+      .sort();
+    expect(names).toEqual([
+      "embed_tokens.weight",
+      "h.0.mlp.gate.weight",
+      "h.0.self_attn.q_proj.bias",
+      "h.0.self_attn.q_proj.weight",
+      "lm_head.weight",
+      "mask",
+      "norm.weight",
+      "step",
+    ]);
     const before = await readSafetensors(readFileSync(mixed));
     const after = await readSafetensors(readFileSync(out));
-    expect(await readTensorBytes(after.tensor("h.0.self_attn.q_proj.weight"))).toEqual(await readTensorBytes(before.tensor("model.layers.0.self_attn.q_proj.weight")));
+    expect(await readTensorBytes(after.tensor("h.0.self_attn.q_proj.weight"))).toEqual(
+      await readTensorBytes(before.tensor("model.layers.0.self_attn.q_proj.weight")),
+    );
   });
 
   it("keeps only matching tensors with --filter, drops with --exclude", () => {
     const out = join(dir, "o.safetensors");
     expect(runCli([mixed, out, "--filter", "weight$", "--exclude", "^lm_head"]).status).toBe(0);
-    expect(infoOf(out).tensors.map((t) => t.name).sort()).toEqual([
-      "model.embed_tokens.weight",
-      "model.layers.0.mlp.gate.weight",
-      "model.layers.0.self_attn.q_proj.weight",
-      "model.norm.weight",
-    ]);
+    expect(
+      infoOf(out)
+        .tensors.map((t) => t.name)
+        .sort(),
+    ).toEqual(["model.embed_tokens.weight", "model.layers.0.mlp.gate.weight", "model.layers.0.self_attn.q_proj.weight", "model.norm.weight"]);
   });
 
   it("applies to info too", () => {

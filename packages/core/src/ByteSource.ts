@@ -79,11 +79,9 @@ export function checkRange(source: Pick<ByteSource, "size" | "name">, offset: nu
     });
   }
   if (offset + length > source.size) {
-    throw new StConvertError(
-      "UnexpectedEof",
-      `unexpected end of data: needs bytes ${offset}..${offset + length} but the source holds ${source.size}`,
-      { file: source.name },
-    );
+    throw new StConvertError("UnexpectedEof", `unexpected end of data: needs bytes ${offset}..${offset + length} but the source holds ${source.size}`, {
+      file: source.name,
+    });
   }
 }
 

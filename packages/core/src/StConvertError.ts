@@ -85,9 +85,7 @@ export class StConvertError<C extends string = string> extends Error {
 }
 
 function composeMessage(rule: string, { file, tensor }: ErrorContext): string {
-  const where = [file, tensor === undefined ? undefined : `tensor ${quoteName(tensor)}`].filter(
-    (part): part is string => part !== undefined,
-  );
+  const where = [file, tensor === undefined ? undefined : `tensor ${quoteName(tensor)}`].filter((part): part is string => part !== undefined);
   return where.length === 0 ? rule : `${where.join(": ")}: ${rule}`;
 }
 

@@ -55,11 +55,9 @@ export interface TensorSource {
 export function tensorFromBytes(info: TensorInfo, bytes: Uint8Array): TensorEntry {
   const byteLength = checkedByteLength(info);
   if (bytes.byteLength !== byteLength) {
-    throw new StConvertError(
-      "ByteLengthMismatch",
-      `${info.dtype} shape [${info.shape.join(", ")}] needs ${byteLength} bytes, got ${bytes.byteLength}`,
-      { tensor: info.name },
-    );
+    throw new StConvertError("ByteLengthMismatch", `${info.dtype} shape [${info.shape.join(", ")}] needs ${byteLength} bytes, got ${bytes.byteLength}`, {
+      tensor: info.name,
+    });
   }
   return {
     name: info.name,

@@ -111,10 +111,7 @@ export function dtypeInfo(code: string): DtypeInfo {
 export function tensorByteLength(dtype: Dtype, shape: readonly number[]): number {
   const bits = shapeProduct(shape) * BigInt(dtypeInfo(dtype).bits);
   if (bits % 8n !== 0n) {
-    throw new StConvertError(
-      "MisalignedSlice",
-      `${dtype} tensor of shape [${shape.join(", ")}] holds ${bits} bits, which does not end on a byte boundary`,
-    );
+    throw new StConvertError("MisalignedSlice", `${dtype} tensor of shape [${shape.join(", ")}] holds ${bits} bits, which does not end on a byte boundary`);
   }
   return toSafeNumber(bits / 8n, "tensor byte length");
 }

@@ -81,7 +81,10 @@ function handleSource(handle: FileHandle, path: string, size: number): FileSourc
 /** The position after a read of `bytesRead` bytes; a read of none means the file shrank under us. */
 function advance(bytesRead: number, offset: number, filled: number, length: number): number {
   if (bytesRead === 0) {
-    throw new StConvertError("UnexpectedEof", `the file ended at byte ${offset + filled} while ${offset + length} were expected (was it truncated while being read?)`);
+    throw new StConvertError(
+      "UnexpectedEof",
+      `the file ended at byte ${offset + filled} while ${offset + length} were expected (was it truncated while being read?)`,
+    );
   }
   return filled + bytesRead;
 }

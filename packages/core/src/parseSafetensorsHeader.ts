@@ -397,14 +397,30 @@ class HeaderParser {
       const esc = text.charCodeAt(i + 1);
       i += 2;
       switch (esc) {
-        case 0x22: out += '"'; break;
-        case 0x5c: out += "\\"; break;
-        case 0x2f: out += "/"; break;
-        case 0x62: out += "\b"; break;
-        case 0x66: out += "\f"; break;
-        case 0x6e: out += "\n"; break;
-        case 0x72: out += "\r"; break;
-        case 0x74: out += "\t"; break;
+        case 0x22:
+          out += '"';
+          break;
+        case 0x5c:
+          out += "\\";
+          break;
+        case 0x2f:
+          out += "/";
+          break;
+        case 0x62:
+          out += "\b";
+          break;
+        case 0x66:
+          out += "\f";
+          break;
+        case 0x6e:
+          out += "\n";
+          break;
+        case 0x72:
+          out += "\r";
+          break;
+        case 0x74:
+          out += "\t";
+          break;
         case 0x75: {
           const unit = this.#hex4(i);
           i += 4;
@@ -457,8 +473,7 @@ class HeaderParser {
   }
 
   #typeError(c: number, expected: string): never {
-    const found =
-      c === 0x7b ? "map" : c === 0x5b ? "sequence" : c === 0x22 ? "string" : c === 0x6e ? "null" : c === 0x74 || c === 0x66 ? "boolean" : undefined;
+    const found = c === 0x7b ? "map" : c === 0x5b ? "sequence" : c === 0x22 ? "string" : c === 0x6e ? "null" : c === 0x74 || c === 0x66 ? "boolean" : undefined;
     if (found !== undefined) this.#fail(`invalid type: ${found}, expected ${expected}`);
     if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
       const at = this.#pos;

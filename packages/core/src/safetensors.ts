@@ -7,7 +7,7 @@
  */
 import { type ByteInput, type ByteSink, type ByteSource, arraySink, readRange, toByteSource } from "./ByteSource.js";
 import { type Dtype, dtypeInfo, toSafeNumber } from "./dtypes.js";
-import { MAX_HEADER_DEPTH, parseSafetensorsHeader } from "./parseSafetensorsHeader.js";
+import { MAX_HEADER_DEPTH, type ParsedSafetensorsHeader, parseSafetensorsHeader } from "./parseSafetensorsHeader.js";
 import { StConvertError, quoteName, withContext } from "./StConvertError.js";
 import {
   type ChunkOptions,
@@ -98,7 +98,7 @@ export async function readSafetensors(input: ByteInput, options: SafetensorsRead
     throw error;
   }
 
-  let parsed;
+  let parsed: ParsedSafetensorsHeader;
   try {
     parsed = parseSafetensorsHeader(text, { maxDepth: options.maxDepth });
   } catch (error) {
@@ -175,11 +175,7 @@ function safeDim(dim: bigint, tensor: string, file: string | undefined): number 
   }
 }
 
-function fileTensor(
-  source: ByteSource,
-  dataStart: number,
-  t: { name: string; dtype: Dtype; shape: number[]; begin: number; end: number },
-): SafetensorsTensor {
+function fileTensor(source: ByteSource, dataStart: number, t: { name: string; dtype: Dtype; shape: number[]; begin: number; end: number }): SafetensorsTensor {
   return {
     name: t.name,
     dtype: t.dtype,
@@ -276,11 +272,7 @@ function checkWellFormed(text: string, where: { tensor?: string }): void {
  * @throws StConvertError as {@link layoutSafetensors}, and `ByteLengthMismatch` when a tensor
  *   delivers another byte count than it declared.
  */
-export async function writeSafetensors(
-  source: TensorSource,
-  sink: ByteSink,
-  options: SafetensorsWriteOptions = {},
-): Promise<void> {
+export async function writeSafetensors(source: TensorSource, sink: ByteSink, options: SafetensorsWriteOptions = {}): Promise<void> {
   await writeLayout(layoutSafetensors(source.tensors, source.metadata, options.maxHeaderSize), sink, options.chunkSize);
 }
 

@@ -57,7 +57,9 @@ export async function readSafetensorsIndex(
   };
   const maxIndexSize = options.maxIndexSize ?? MAX_INDEX_SIZE;
   if (source.size > maxIndexSize) {
-    throw new StConvertError("LimitExceeded", `the index has ${source.size} bytes, more than the limit of ${maxIndexSize} (maxIndexSize)`, { file: source.name });
+    throw new StConvertError("LimitExceeded", `the index has ${source.size} bytes, more than the limit of ${maxIndexSize} (maxIndexSize)`, {
+      file: source.name,
+    });
   }
   let parsed: unknown;
   try {
@@ -66,11 +68,11 @@ export async function readSafetensorsIndex(
     if (isStConvertError(error)) throw error;
     bad(`not a JSON index: ${error instanceof Error ? error.message : String(error)}`);
   }
-  if (!isObject(parsed)) return bad("not an index: a JSON object with a \"weight_map\" is expected");
+  if (!isObject(parsed)) return bad('not an index: a JSON object with a "weight_map" is expected');
   const weightMap = parsed.weight_map;
-  if (!isObject(weightMap)) return bad("not an index: \"weight_map\" must be an object mapping tensor names to shard files");
+  if (!isObject(weightMap)) return bad('not an index: "weight_map" must be an object mapping tensor names to shard files');
   const metadata = parsed.metadata;
-  if (metadata !== undefined && metadata !== null && !isObject(metadata)) bad("\"metadata\" must be an object");
+  if (metadata !== undefined && metadata !== null && !isObject(metadata)) bad('"metadata" must be an object');
   const indexMetadata = isObject(metadata) ? metadata : null;
 
   // Tensor → shard, and the shards in order of first appearance.
@@ -139,7 +141,8 @@ function isObject(value: unknown): value is Record<string, unknown> {
 function checkShardName(name: string, bad: (rule: string) => never): void {
   const shown = JSON.stringify(name);
   if (name === "" || name.includes("\0")) bad(`shard name ${shown} is not a file name`);
-  if (/^[A-Za-z]:/.test(name) || name.startsWith("/") || name.startsWith("\\")) bad(`shard name ${shown} is an absolute path; shards must lie beside the index`);
+  if (/^[A-Za-z]:/.test(name) || name.startsWith("/") || name.startsWith("\\"))
+    bad(`shard name ${shown} is an absolute path; shards must lie beside the index`);
   if (name.split(/[\\/]/).includes("..")) bad(`shard name ${shown} climbs out of the index's folder with ".."`);
   if (!name.endsWith(".safetensors")) bad(`shard name ${shown} does not end in .safetensors`);
 }

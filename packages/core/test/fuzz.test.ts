@@ -14,7 +14,11 @@ async function readAll(bytes: Uint8Array): Promise<void> {
 }
 
 describe("safetensors reader under fuzzing", () => {
-  fuzzReader({ name: "safetensors", seeds: [...seeds, ...safetensorsHostileCases.map(([, bytes]) => bytes).filter((b) => b.byteLength < 4096)], read: readAll });
+  fuzzReader({
+    name: "safetensors",
+    seeds: [...seeds, ...safetensorsHostileCases.map(([, bytes]) => bytes).filter((b) => b.byteLength < 4096)],
+    read: readAll,
+  });
 
   it("refuses every strict truncation of a valid file (the file must be covered exactly)", async () => {
     for (const file of seeds) {

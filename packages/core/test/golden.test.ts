@@ -39,7 +39,9 @@ describe("reading files written by the reference", () => {
         hex: toHex(await readTensorBytes(t)),
       })),
     );
-    expect(ours.sort(byName)).toEqual(expected.tensors.map(({ name, dtype, shape, data_offsets, hex }) => ({ name, dtype, shape, data_offsets, hex })).sort(byName));
+    expect(ours.sort(byName)).toEqual(
+      expected.tensors.map(({ name, dtype, shape, data_offsets, hex }) => ({ name, dtype, shape, data_offsets, hex })).sort(byName),
+    );
   });
 });
 
@@ -74,8 +76,12 @@ describe("golden bytes from the reference test suites", () => {
   });
 
   it("test_serialization_fp4_misaligned and _invalid", async () => {
-    expect(() => tensorFromBytes({ name: "attn.0", dtype: "F4", shape: [1, 3] }, new Uint8Array(2))).toThrow(expect.objectContaining({ code: "MisalignedSlice" }));
-    expect(() => tensorFromBytes({ name: "attn.0", dtype: "F4", shape: [1, 2] }, new Uint8Array(2))).toThrow(expect.objectContaining({ code: "ByteLengthMismatch" }));
+    expect(() => tensorFromBytes({ name: "attn.0", dtype: "F4", shape: [1, 3] }, new Uint8Array(2))).toThrow(
+      expect.objectContaining({ code: "MisalignedSlice" }),
+    );
+    expect(() => tensorFromBytes({ name: "attn.0", dtype: "F4", shape: [1, 2] }, new Uint8Array(2))).toThrow(
+      expect.objectContaining({ code: "ByteLengthMismatch" }),
+    );
   });
 
   it("test_serialization_forced_alignement: pads with 0-7 spaces so that data starts at a multiple of 8", async () => {

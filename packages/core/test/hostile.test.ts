@@ -36,7 +36,10 @@ describe("hostile safetensors files", () => {
   it("reads no tensor bytes while validating a header", async () => {
     const bytes = safetensorsFile(header(t("a", "U8", "1000", "0,1000")), 1000);
     const reads: [number, number][] = [];
-    const source = { size: bytes.byteLength, read: async (offset: number, length: number) => (reads.push([offset, length]), bytes.subarray(offset, offset + length)) };
+    const source = {
+      size: bytes.byteLength,
+      read: async (offset: number, length: number) => (reads.push([offset, length]), bytes.subarray(offset, offset + length)),
+    };
     await readSafetensors(source);
     expect(reads.every(([offset, length]) => offset + length <= bytes.byteLength - 1000)).toBe(true);
   });

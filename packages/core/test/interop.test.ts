@@ -6,7 +6,17 @@ import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { DTYPES, type Dtype, type TensorEntry, dtypeInfo, readSafetensors, readTensorBytes, serializeSafetensors, tensorByteLength, tensorFromBytes } from "@st-convert/core";
+import {
+  DTYPES,
+  type Dtype,
+  type TensorEntry,
+  dtypeInfo,
+  readSafetensors,
+  readTensorBytes,
+  serializeSafetensors,
+  tensorByteLength,
+  tensorFromBytes,
+} from "@st-convert/core";
 import { describeInterop, makeTempDir, pseudoRandomBytes as bytesFor, runPython, toHex } from "@st-convert/testing";
 import { STRICTER_THAN_REFERENCE, safetensorsHostileCases as hostileCases } from "@st-convert/testing";
 
@@ -19,7 +29,6 @@ interface ReferenceView {
 }
 
 const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
-
 
 function tensorSet(seed: number, dtypes: readonly Dtype[]): TensorEntry[] {
   return dtypes.map((dtype, i) => {
@@ -51,7 +60,7 @@ describeInterop("safetensors interop with the reference", (python) => {
     const expected: ReferenceView[] = [];
     for (let seed = 0; seed < 6; seed++) {
       const tensors = tensorSet(seed, allDtypes);
-      const metadata = seed % 2 === 0 ? null : { format: "pt", seed: String(seed), "k\n\"": "v\u2028😀" };
+      const metadata = seed % 2 === 0 ? null : { format: "pt", seed: String(seed), 'k\n"': "v\u2028😀" };
       const path = join(dir, `ours-${seed}.safetensors`);
       writeFileSync(path, await serializeSafetensors({ metadata, tensors }));
       paths.push(path);
@@ -62,7 +71,13 @@ describeInterop("safetensors interop with the reference", (python) => {
         tensors: await Promise.all(
           [...file.tensors]
             .sort((a, b) => (a.name < b.name ? -1 : 1))
-            .map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], data_offsets: [...t.dataOffsets] as [number, number], sha256: sha256(await readTensorBytes(t)) })),
+            .map(async (t) => ({
+              name: t.name,
+              dtype: t.dtype,
+              shape: [...t.shape],
+              data_offsets: [...t.dataOffsets] as [number, number],
+              sha256: sha256(await readTensorBytes(t)),
+            })),
         ),
       });
     }
@@ -81,7 +96,10 @@ describeInterop("safetensors interop with the reference", (python) => {
       const theirs = join(dir, `theirs-${seed}.safetensors`);
       writeFileSync(
         spec,
-        JSON.stringify({ metadata, tensors: await Promise.all(tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, hex: toHex(await readTensorBytes(t)) }))) }),
+        JSON.stringify({
+          metadata,
+          tensors: await Promise.all(tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, hex: toHex(await readTensorBytes(t)) }))),
+        }),
       );
       runPython(python, "reference_safetensors.py", ["save", spec, theirs]);
       const reference = readFileSync(theirs);

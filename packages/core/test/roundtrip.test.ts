@@ -100,18 +100,42 @@ describe("safetensors round trip", () => {
   });
 
   it("refuses a tensor whose reader delivers fewer bytes than declared", async () => {
-    const liar: TensorEntry = { name: "liar", dtype: "U8", shape: [4], byteLength: 4, chunks: async function* () { yield new Uint8Array(3); } };
+    const liar: TensorEntry = {
+      name: "liar",
+      dtype: "U8",
+      shape: [4],
+      byteLength: 4,
+      chunks: async function* () {
+        yield new Uint8Array(3);
+      },
+    };
     await expect(serializeSafetensors({ metadata: null, tensors: [liar] })).rejects.toMatchObject({ code: "ByteLengthMismatch", tensor: "liar" });
   });
 
   it("refuses a tensor whose reader delivers more bytes than declared", async () => {
-    const liar: TensorEntry = { name: "liar", dtype: "U8", shape: [4], byteLength: 4, chunks: async function* () { yield new Uint8Array(5); } };
+    const liar: TensorEntry = {
+      name: "liar",
+      dtype: "U8",
+      shape: [4],
+      byteLength: 4,
+      chunks: async function* () {
+        yield new Uint8Array(5);
+      },
+    };
     await expect(serializeSafetensors({ metadata: null, tensors: [liar] })).rejects.toMatchObject({ code: "ByteLengthMismatch" });
   });
 
   it("refuses a tensor whose declared byte length is not what its dtype and shape need, before writing it", async () => {
     // Found in review: the header is laid out from dtype and shape, so piping the declared length wrote a corrupt file.
-    const liar: TensorEntry = { name: "w", dtype: "F32", shape: [1], byteLength: 8, chunks: async function* () { yield new Uint8Array(8); } };
+    const liar: TensorEntry = {
+      name: "w",
+      dtype: "F32",
+      shape: [1],
+      byteLength: 8,
+      chunks: async function* () {
+        yield new Uint8Array(8);
+      },
+    };
     const sink = new MemorySink();
     await expect(writeSafetensors({ metadata: null, tensors: [liar] }, sink)).rejects.toMatchObject({ code: "ByteLengthMismatch", tensor: "w" });
     await expect(readTensorBytes(liar)).rejects.toMatchObject({ code: "ByteLengthMismatch" });

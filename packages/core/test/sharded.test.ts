@@ -149,7 +149,9 @@ describe("readSafetensorsIndex notices", () => {
       "a.safetensors": shard("a", { format: "pt", step: "1" }),
       "b.safetensors": shard("b", { format: "pt", step: "2" }),
     });
-    const file = await readSafetensorsIndex(withMap({ a: "a.safetensors", b: "b.safetensors" }, { total_size: 4 }), open, { onWarning: (m) => warnings.push(m) });
+    const file = await readSafetensorsIndex(withMap({ a: "a.safetensors", b: "b.safetensors" }, { total_size: 4 }), open, {
+      onWarning: (m) => warnings.push(m),
+    });
     expect({ ...file.metadata }).toEqual({ format: "pt" });
     expect(warnings).toEqual(['metadata "step" differs between shards (or some lack it); dropped']);
     expect(file.tensors.map((t) => t.name)).toEqual(["a", "b"]);

@@ -9,9 +9,35 @@ import { type TensorFormat, fileStem, stringOption } from "@st-convert/core";
 type Token = { size: number; open?: { map: boolean; count: number }; str?: number } | "invalid" | "partial";
 
 /** Total size of the headers whose size is fixed (float, int, fixext). */
-const FIXED_SIZE: Readonly<Record<number, number>> = { 0xca: 5, 0xcb: 9, 0xcc: 2, 0xcd: 3, 0xce: 5, 0xcf: 9, 0xd0: 2, 0xd1: 3, 0xd2: 5, 0xd3: 9, 0xd4: 3, 0xd5: 4, 0xd6: 6, 0xd7: 10, 0xd8: 18 };
+const FIXED_SIZE: Readonly<Record<number, number>> = {
+  0xca: 5,
+  0xcb: 9,
+  0xcc: 2,
+  0xcd: 3,
+  0xce: 5,
+  0xcf: 9,
+  0xd0: 2,
+  0xd1: 3,
+  0xd2: 5,
+  0xd3: 9,
+  0xd4: 3,
+  0xd5: 4,
+  0xd6: 6,
+  0xd7: 10,
+  0xd8: 18,
+};
 /** str/bin/ext headers: [width of the length field, bytes between it and the payload (the ext type)]. */
-const SIZED: Readonly<Record<number, readonly [1 | 2 | 4, number]>> = { 0xc4: [1, 0], 0xc5: [2, 0], 0xc6: [4, 0], 0xc7: [1, 1], 0xc8: [2, 1], 0xc9: [4, 1], 0xd9: [1, 0], 0xda: [2, 0], 0xdb: [4, 0] };
+const SIZED: Readonly<Record<number, readonly [1 | 2 | 4, number]>> = {
+  0xc4: [1, 0],
+  0xc5: [2, 0],
+  0xc6: [4, 0],
+  0xc7: [1, 1],
+  0xc8: [2, 1],
+  0xc9: [4, 1],
+  0xd9: [1, 0],
+  0xda: [2, 0],
+  0xdb: [4, 0],
+};
 /** array16/32 and map16/32 headers: [width of the count, is a map]. */
 const CONTAINERS: Readonly<Record<number, readonly [2 | 4, boolean]>> = { 0xdc: [2, false], 0xdd: [4, false], 0xde: [2, true], 0xdf: [4, true] };
 

@@ -272,7 +272,10 @@ class FlaxWalker {
     const tag = await cursor.next();
     if (tag === Tag.Str) {
       if (cursor.length > 3 * this.#maxNameLength) {
-        throw new StConvertError("LimitExceeded", `a map key of ${cursor.length} bytes at byte ${cursor.headerAt} is longer than the name limit of ${this.#maxNameLength}`);
+        throw new StConvertError(
+          "LimitExceeded",
+          `a map key of ${cursor.length} bytes at byte ${cursor.headerAt} is longer than the name limit of ${this.#maxNameLength}`,
+        );
       }
       const text = await cursor.string(cursor.length);
       if (text === CHUNKED_ARRAY_MARKER && frame.dicts) frame.marker = true;
@@ -315,7 +318,10 @@ class FlaxWalker {
 
     if (tag === Tag.Map || tag === Tag.Array) {
       if (this.#stack.length + 1 > this.#maxDepth) {
-        throw new StConvertError("LimitExceeded", `nesting deeper than ${this.#maxDepth} maps and arrays at byte ${cursor.headerAt} (msgpack-python raises StackError past 1024)`);
+        throw new StConvertError(
+          "LimitExceeded",
+          `nesting deeper than ${this.#maxDepth} maps and arrays at byte ${cursor.headerAt} (msgpack-python raises StackError past 1024)`,
+        );
       }
       this.#checkNameLength(slot.name);
       const dicts = tag === Tag.Map && (parent === undefined || parent.dicts);
@@ -573,7 +579,9 @@ class FlaxWalker {
       names.add(tensor.name);
       if (sepInKey && !sepWarned) {
         sepWarned = true;
-        this.#warn(`${quoteName(tensor.name)} has a key that holds the separator ${JSON.stringify(this.#sep)}; written back as flax, such names split into a different tree (choose another separator)`);
+        this.#warn(
+          `${quoteName(tensor.name)} has a key that holds the separator ${JSON.stringify(this.#sep)}; written back as flax, such names split into a different tree (choose another separator)`,
+        );
       }
       tensors.push(tensor);
     }

@@ -65,7 +65,6 @@ interface Piece {
   readonly byteLength: number;
 }
 
-
 /**
  * Streams tensors into a flax msgpack file that `flax.serialization.msgpack_restore` reads back as
  * the nested tree: names are split on `sep` into nested dicts (a segment such as `0` stays a
@@ -100,15 +99,23 @@ export async function writeFlax(source: TensorSource, sink: ByteSink, options: F
   for (const tensor of source.tensors) {
     const info = dtypeInfo(tensor.dtype);
     if (info.numpyName === undefined) {
-      throw new StConvertError("Unsupported", `${tensor.dtype} has no numpy dtype with the same bytes (ml_dtypes keeps one value per byte, safetensors packs them), so flax cannot hold it`, {
-        tensor: tensor.name,
-      });
+      throw new StConvertError(
+        "Unsupported",
+        `${tensor.dtype} has no numpy dtype with the same bytes (ml_dtypes keeps one value per byte, safetensors packs them), so flax cannot hold it`,
+        {
+          tensor: tensor.name,
+        },
+      );
     }
     const declared = checkedByteLength(tensor);
     if (declared !== tensor.byteLength) {
-      throw new StConvertError("ByteLengthMismatch", `${tensor.dtype} shape [${tensor.shape.join(", ")}] needs ${declared} bytes, the tensor declares ${tensor.byteLength}`, {
-        tensor: tensor.name,
-      });
+      throw new StConvertError(
+        "ByteLengthMismatch",
+        `${tensor.dtype} shape [${tensor.shape.join(", ")}] needs ${declared} bytes, the tensor declares ${tensor.byteLength}`,
+        {
+          tensor: tensor.name,
+        },
+      );
     }
     if (hasLoneSurrogate(tensor.name)) {
       throw new StConvertError("InvalidName", "the name holds a lone UTF-16 surrogate, which UTF-8 cannot encode", { tensor: tensor.name });
@@ -116,9 +123,13 @@ export async function writeFlax(source: TensorSource, sink: ByteSink, options: F
     const keys = tensor.name.split(sep);
     const chunked = tensor.byteLength > maxChunkSize;
     if (keys.length + (chunked ? 2 : 0) > maxDepth) {
-      throw new StConvertError("LimitExceeded", `the name nests ${keys.length} dicts deep${chunked ? " (and 2 more for its chunks)" : ""}; flax's reader stops at ${maxDepth}`, {
-        tensor: tensor.name,
-      });
+      throw new StConvertError(
+        "LimitExceeded",
+        `the name nests ${keys.length} dicts deep${chunked ? " (and 2 more for its chunks)" : ""}; flax's reader stops at ${maxDepth}`,
+        {
+          tensor: tensor.name,
+        },
+      );
     }
     insert(root, keys, tensor, sep);
   }
@@ -230,7 +241,9 @@ async function writeTensor(tensor: TensorEntry, out: MsgpackEncoder, { maxChunkS
         if (pending.byteLength === 0) {
           const value = await pull();
           if (value === undefined) {
-            throw new StConvertError("ByteLengthMismatch", `the reader delivered only ${delivered} of the ${tensor.byteLength} bytes it declared`, { tensor: tensor.name });
+            throw new StConvertError("ByteLengthMismatch", `the reader delivered only ${delivered} of the ${tensor.byteLength} bytes it declared`, {
+              tensor: tensor.name,
+            });
           }
           pending = value;
         }

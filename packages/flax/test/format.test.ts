@@ -11,7 +11,10 @@ import { fixturePath, fuzzSeed } from "@st-convert/testing";
 import { cat, map, str } from "./msgpackBytes.js";
 
 const head = (bytes: Uint8Array) => bytes.subarray(0, 64);
-const files = (folder: string) => readdirSync(fixturePath(folder)).filter((f) => !f.endsWith(".json")).map((f) => [f, readFileSync(fixturePath(folder, f))] as const);
+const files = (folder: string) =>
+  readdirSync(fixturePath(folder))
+    .filter((f) => !f.endsWith(".json"))
+    .map((f) => [f, readFileSync(fixturePath(folder, f))] as const);
 
 describe("sniffFlax", () => {
   it("recognises every flax file whose top level is a dict", () => {
@@ -71,13 +74,18 @@ describe("flaxFormat", () => {
     const file = await flaxFormat.open(bytesSource(bytes), { options: { "keep-scalars": true, sep: "/" }, onWarning: (m) => warnings.push(m) });
     expect(file.tensors.map((t) => t.name)).toContain("py_int");
     expect(warnings.every((w) => !w.includes("py_int"))).toBe(true);
-    const top = await flaxFormat.open(bytesSource(readFileSync(fixturePath("flax", "array_top.msgpack"))), { options: {}, fileName: "/some/dir/weights.msgpack" });
+    const top = await flaxFormat.open(bytesSource(readFileSync(fixturePath("flax", "array_top.msgpack"))), {
+      options: {},
+      fileName: "/some/dir/weights.msgpack",
+    });
     expect(top.tensors.map((t) => t.name)).toEqual(["weights"]);
   });
 
   it("writes with the separator it is given, and reads the result back", async () => {
     const sink = new MemorySink();
-    await flaxFormat.write({ metadata: null, tensors: [tensorFromBytes({ name: "a/b.c", dtype: "I8", shape: [1] }, Uint8Array.of(5))] }, sink, { options: { sep: "/" } });
+    await flaxFormat.write({ metadata: null, tensors: [tensorFromBytes({ name: "a/b.c", dtype: "I8", shape: [1] }, Uint8Array.of(5))] }, sink, {
+      options: { sep: "/" },
+    });
     const file = await readFlax(sink.bytes(), { sep: "/" });
     expect(file.tensors.map((t) => t.name)).toEqual(["a/b.c"]);
     expect([...(await readTensorBytes(file.tensors[0]!))]).toEqual([5]);

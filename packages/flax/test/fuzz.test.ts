@@ -73,56 +73,64 @@ function expectedLeaves(root: Tree): { tensors: string[]; skipped: number } {
 }
 
 describe("differential tests with msgpackr", () => {
-  it("msgpackr's encoding of any tree → our reader lists its number and bool leaves, skips the rest", async () => {
-    const packr = new Packr({ useRecords: false, variableMapSize: true });
-    await fc.assert(
-      fc.asyncProperty(tree, async (root) => {
-        const bytes = packr.pack(root);
-        const file = await readFlax(bytes, { keepScalars: true, sep: "/" });
-        const ours = await Promise.all(file.tensors.map(async (t) => `${t.name}|${t.dtype}|${toHex(await readTensorBytes(t))}`));
-        const expected = expectedLeaves(root);
-        expect(ours).toEqual(expected.tensors);
-        expect(file.skipped).toBe(expected.skipped);
-      }),
-      { numRuns: fuzzRuns(), seed: fuzzSeed() },
-    );
-  }, fuzzTimeout());
+  it(
+    "msgpackr's encoding of any tree → our reader lists its number and bool leaves, skips the rest",
+    async () => {
+      const packr = new Packr({ useRecords: false, variableMapSize: true });
+      await fc.assert(
+        fc.asyncProperty(tree, async (root) => {
+          const bytes = packr.pack(root);
+          const file = await readFlax(bytes, { keepScalars: true, sep: "/" });
+          const ours = await Promise.all(file.tensors.map(async (t) => `${t.name}|${t.dtype}|${toHex(await readTensorBytes(t))}`));
+          const expected = expectedLeaves(root);
+          expect(ours).toEqual(expected.tensors);
+          expect(file.skipped).toBe(expected.skipped);
+        }),
+        { numRuns: fuzzRuns(), seed: fuzzSeed() },
+      );
+    },
+    fuzzTimeout(),
+  );
 
-  it("our writer's output → msgpackr decodes the nested dicts the names describe", async () => {
-    // Test-only: msgpackr's extension registry is global. The payload is decoded by a second
-    // Unpackr, never by a nested unpack() of the same instance.
-    const inner = new Unpackr({ useRecords: false, mapsAsObjects: false, int64AsType: "bigint" });
-    addExtension({ type: 1, unpack: (payload) => ({ ndarray: inner.unpack(payload) as unknown }) });
-    const outer = new Unpackr({ useRecords: false, mapsAsObjects: false, int64AsType: "bigint" });
-    const segment = fc.constantFrom("a", "b", "0", "1", "10", "é", "😀", "k".repeat(40));
-    await fc.assert(
-      fc.asyncProperty(fc.uniqueArray(fc.array(segment, { minLength: 1, maxLength: 3 }), { selector: (p) => p.join("."), maxLength: 6 }), async (paths) => {
-        const names = paths.map((p) => p.join("."));
-        fc.pre(!names.some((a) => names.some((b) => b.startsWith(`${a}.`))));
-        const tensors = names.map((name, i) => tensorFromBytes({ name, dtype: "U8", shape: [i] }, new Uint8Array(i).fill(i)));
-        const decoded = outer.unpack(await serializeFlax({ metadata: null, tensors })) as Map<string, unknown>;
-        const expected = new Map<string, unknown>();
-        paths.forEach((path, i) => {
-          let node = expected;
-          for (const k of path.slice(0, -1)) {
-            if (!node.has(k)) node.set(k, new Map());
-            node = node.get(k) as Map<string, unknown>;
-          }
-          node.set(path[path.length - 1]!, { ndarray: [[i], "uint8", new Uint8Array(i).fill(i)] });
-        });
-        const normalize = (value: unknown): unknown =>
-          value instanceof Map
-            ? [...value.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => [k, normalize(v)])
-            : value instanceof Uint8Array
-              ? toHex(value)
-              : Array.isArray(value)
-                ? value.map(normalize)
-                : typeof value === "object" && value !== null
-                  ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, normalize(v)]))
-                  : value;
-        expect(normalize(decoded)).toEqual(normalize(expected));
-      }),
-      { numRuns: fuzzRuns(), seed: fuzzSeed() },
-    );
-  }, fuzzTimeout());
+  it(
+    "our writer's output → msgpackr decodes the nested dicts the names describe",
+    async () => {
+      // Test-only: msgpackr's extension registry is global. The payload is decoded by a second
+      // Unpackr, never by a nested unpack() of the same instance.
+      const inner = new Unpackr({ useRecords: false, mapsAsObjects: false, int64AsType: "bigint" });
+      addExtension({ type: 1, unpack: (payload) => ({ ndarray: inner.unpack(payload) as unknown }) });
+      const outer = new Unpackr({ useRecords: false, mapsAsObjects: false, int64AsType: "bigint" });
+      const segment = fc.constantFrom("a", "b", "0", "1", "10", "é", "😀", "k".repeat(40));
+      await fc.assert(
+        fc.asyncProperty(fc.uniqueArray(fc.array(segment, { minLength: 1, maxLength: 3 }), { selector: (p) => p.join("."), maxLength: 6 }), async (paths) => {
+          const names = paths.map((p) => p.join("."));
+          fc.pre(!names.some((a) => names.some((b) => b.startsWith(`${a}.`))));
+          const tensors = names.map((name, i) => tensorFromBytes({ name, dtype: "U8", shape: [i] }, new Uint8Array(i).fill(i)));
+          const decoded = outer.unpack(await serializeFlax({ metadata: null, tensors })) as Map<string, unknown>;
+          const expected = new Map<string, unknown>();
+          paths.forEach((path, i) => {
+            let node = expected;
+            for (const k of path.slice(0, -1)) {
+              if (!node.has(k)) node.set(k, new Map());
+              node = node.get(k) as Map<string, unknown>;
+            }
+            node.set(path[path.length - 1]!, { ndarray: [[i], "uint8", new Uint8Array(i).fill(i)] });
+          });
+          const normalize = (value: unknown): unknown =>
+            value instanceof Map
+              ? [...value.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => [k, normalize(v)])
+              : value instanceof Uint8Array
+                ? toHex(value)
+                : Array.isArray(value)
+                  ? value.map(normalize)
+                  : typeof value === "object" && value !== null
+                    ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, normalize(v)]))
+                    : value;
+          expect(normalize(decoded)).toEqual(normalize(expected));
+        }),
+        { numRuns: fuzzRuns(), seed: fuzzSeed() },
+      );
+    },
+    fuzzTimeout(),
+  );
 });

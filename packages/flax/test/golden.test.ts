@@ -49,19 +49,30 @@ describe("reading files written by flax", () => {
     for (const leaf of expected.skipped) expect(warnings.some((w) => w.startsWith(`skipped ${JSON.stringify(leaf.name)}: `))).toBe(true);
   });
 
-  it.each(files.filter(([, f]) => f.skipped.some((s) => s.scalar !== null)))("%s with keepScalars: numbers and bools as 0-d tensors, as numpy makes them", async (name, expected) => {
-    const file = await readFlax(read(name), { keepScalars: true, rootName: name.replace(/\.msgpack$/, "") });
-    const ours = await view(file);
-    const scalars = expected.skipped.filter((s) => s.scalar !== null).map((s) => ({ name: s.name, dtype: s.scalar!.dtype, shape: [], hex: s.scalar!.hex }));
-    const byName = (a: { name: string }, b: { name: string }) => (a.name < b.name ? -1 : 1);
-    expect(ours.sort(byName)).toEqual([...expected.tensors, ...scalars].sort(byName));
-    expect(file.skipped).toBe(expected.skipped.length - scalars.length);
-  });
+  it.each(files.filter(([, f]) => f.skipped.some((s) => s.scalar !== null)))(
+    "%s with keepScalars: numbers and bools as 0-d tensors, as numpy makes them",
+    async (name, expected) => {
+      const file = await readFlax(read(name), { keepScalars: true, rootName: name.replace(/\.msgpack$/, "") });
+      const ours = await view(file);
+      const scalars = expected.skipped.filter((s) => s.scalar !== null).map((s) => ({ name: s.name, dtype: s.scalar!.dtype, shape: [], hex: s.scalar!.hex }));
+      const byName = (a: { name: string }, b: { name: string }) => (a.name < b.name ? -1 : 1);
+      expect(ours.sort(byName)).toEqual([...expected.tensors, ...scalars].sort(byName));
+      expect(file.skipped).toBe(expected.skipped.length - scalars.length);
+    },
+  );
 
   it("reads insertion order (to_bytes) and sorted order (msgpack_serialize) of the same Linen tree alike", async () => {
     const a = await view(await readFlax(read("linen_to_bytes.msgpack")));
     const b = await view(await readFlax(read("linen_serialize.msgpack")));
-    expect(a.map((t) => t.name)).toEqual(["params.Embed_0.embedding", "params.Dense_0.kernel", "params.Dense_0.bias", "params.LayerNorm_0.scale", "params.LayerNorm_0.bias", "params.head.kernel", "params.head.bias"]);
+    expect(a.map((t) => t.name)).toEqual([
+      "params.Embed_0.embedding",
+      "params.Dense_0.kernel",
+      "params.Dense_0.bias",
+      "params.LayerNorm_0.scale",
+      "params.LayerNorm_0.bias",
+      "params.head.kernel",
+      "params.head.bias",
+    ]);
     expect(b.map((t) => t.name)).toEqual([...a.map((t) => t.name)].sort());
     expect(new Set(a.map((t) => JSON.stringify(t)))).toEqual(new Set(b.map((t) => JSON.stringify(t))));
   });
@@ -84,7 +95,9 @@ describe("writing flax's bytes", () => {
   const identical = files.filter(([, f]) => f.identical);
 
   it("covers the encodings and chunking", () => {
-    expect(identical.map(([name]) => name)).toEqual(expect.arrayContaining(["sizes.msgpack", "unicode_keys.msgpack", "chunked.msgpack", "chunked_many.msgpack", "all_dtypes.msgpack"]));
+    expect(identical.map(([name]) => name)).toEqual(
+      expect.arrayContaining(["sizes.msgpack", "unicode_keys.msgpack", "chunked.msgpack", "chunked_many.msgpack", "all_dtypes.msgpack"]),
+    );
   });
 
   it.each(identical)("%s: identical to msgpack_serialize of the same tree", async (name, expected) => {

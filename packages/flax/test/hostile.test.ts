@@ -10,7 +10,11 @@ import { arr, cat, ext, f32, map, ndarray, str } from "./msgpackBytes.js";
 import { errorCode, recordHostileCases } from "@st-convert/testing";
 
 // Cases that need non-default options test an overridden limit, not the command's behaviour.
-recordHostileCases("flax", ".msgpack", cases.filter(([, , , , options]) => options === undefined));
+recordHostileCases(
+  "flax",
+  ".msgpack",
+  cases.filter(([, , , , options]) => options === undefined),
+);
 
 /** A source that records every read, to check that nothing big is requested. */
 function recording(bytes: Uint8Array): { source: ByteSource; reads: [number, number][] } {
@@ -69,7 +73,19 @@ describe("unusual but valid input, accepted like the reference", () => {
   };
 
   it("fixext 1/2/4/8 values of unknown ext types and the timestamp ext are skipped with a notice", async () => {
-    const bytes = cat(map(5), str("a"), [0xd4, 0x07, 0x00], str("b"), [0xd5, 0x07, 0, 0], str("c"), [0xd6, 0xff, 0, 0, 0, 0], str("d"), [0xd7, 0x07, 0, 0, 0, 0, 0, 0, 0, 0], str("w"), ndarray([], "uint8", [9]));
+    const bytes = cat(
+      map(5),
+      str("a"),
+      [0xd4, 0x07, 0x00],
+      str("b"),
+      [0xd5, 0x07, 0, 0],
+      str("c"),
+      [0xd6, 0xff, 0, 0, 0, 0],
+      str("d"),
+      [0xd7, 0x07, 0, 0, 0, 0, 0, 0, 0, 0],
+      str("w"),
+      ndarray([], "uint8", [9]),
+    );
     const { names, warnings } = await read(bytes);
     expect(names).toEqual(["w"]);
     expect(warnings).toEqual([
@@ -97,7 +113,17 @@ describe("unusual but valid input, accepted like the reference", () => {
   });
 
   it("a chunk marker after shape and chunks still makes one array; its value does not matter", async () => {
-    const bytes = cat(map(1), str("w"), map(3), str("shape"), dims(3), str("chunks"), pieces(ndarray([2], "uint8", [1, 2]), ndarray([1], "uint8", [3])), str("__msgpack_chunked_array__"), [0xc2]);
+    const bytes = cat(
+      map(1),
+      str("w"),
+      map(3),
+      str("shape"),
+      dims(3),
+      str("chunks"),
+      pieces(ndarray([2], "uint8", [1, 2]), ndarray([1], "uint8", [3])),
+      str("__msgpack_chunked_array__"),
+      [0xc2],
+    );
     const { file, warnings } = await read(bytes);
     expect(file.tensors.map((t) => [t.name, t.dtype, t.shape])).toEqual([["w", "U8", [3]]]);
     expect([...(await readTensorBytes(file.tensors[0]!))]).toEqual([1, 2, 3]);
@@ -119,7 +145,11 @@ describe("unusual but valid input, accepted like the reference", () => {
   it("reports at most maxWarnings skipped leaves one by one, then a count", async () => {
     const bytes = cat(map(5), ...["a", "b", "c", "d", "e"].flatMap((k) => [str(k), [0xc0]]));
     const { warnings, file } = await read(bytes, { maxWarnings: 2 });
-    expect(warnings).toEqual(['skipped "a": None is not an array', 'skipped "b": None is not an array', "skipped 3 more leaves that are not arrays (5 in all)"]);
+    expect(warnings).toEqual([
+      'skipped "a": None is not an array',
+      'skipped "b": None is not an array',
+      "skipped 3 more leaves that are not arrays (5 in all)",
+    ]);
     expect(file.skipped).toBe(5);
   });
 

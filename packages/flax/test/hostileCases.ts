@@ -10,7 +10,8 @@ export const chunkDict = (shape: Uint8Array, chunks: Uint8Array, marker = cat(st
   cat(map(1), str("w"), map(3), marker, str("shape"), shape, str("chunks"), chunks);
 export const dims = (...values: number[]) => cat(map(values.length), ...values.flatMap((d, i) => [str(String(i)), uint(d)]));
 export const pieces = (...arrays: Uint8Array[]) => cat(map(arrays.length), ...arrays.flatMap((a, i) => [str(String(i)), a]));
-export const nest = (depth: number, kind: "map" | "array") => cat(...Array.from({ length: depth - 1 }, () => (kind === "map" ? cat(map(1), str("a")) : arr(1))), kind === "map" ? map(0) : arr(0));
+export const nest = (depth: number, kind: "map" | "array") =>
+  cat(...Array.from({ length: depth - 1 }, () => (kind === "map" ? cat(map(1), str("a")) : arr(1))), kind === "map" ? map(0) : arr(0));
 
 /**
  * Each case: the attack, the file, our code, and what flax's `msgpack_restore` does with it
@@ -37,7 +38,12 @@ export const hostileCases: [attack: string, bytes: Uint8Array, code: string, ref
   ["str32 leaf declaring 4 GiB", cat(map(1), str("a"), [0xdb, 0xff, 0xff, 0xff, 0xff], "00"), "UnexpectedEof", "refuses"],
   ["bin32 leaf declaring 4 GiB", cat(map(1), str("a"), bin(0xffffffff), "00"), "UnexpectedEof", "refuses"],
   ["ext32 declaring 4 GiB past the end", cat(map(1), str("a"), ext(1, 0xfffffff0), payload([1], "uint8", [7])), "UnexpectedEof", "refuses"],
-  ["ndarray bin declaring more than its ext holds", cat(map(1), str("a"), ext(1, 20), arr(3), arr(1), [1], str("uint8"), bin(1000), new Uint8Array(1000)), "InvalidArray", "refuses"],
+  [
+    "ndarray bin declaring more than its ext holds",
+    cat(map(1), str("a"), ext(1, 20), arr(3), arr(1), [1], str("uint8"), bin(1000), new Uint8Array(1000)),
+    "InvalidArray",
+    "refuses",
+  ],
   ["bytes after the array data inside the payload", cat(map(1), str("a"), ext(1, 17), payload([1], "uint8", [7]), [0, 0]), "InvalidArray", "refuses"],
   ["payload bytes not matching shape × itemsize", cat(map(1), str("w"), ndarray([2, 2], "float32", f32(1, 2, 3))), "ByteLengthMismatch", "refuses"],
   ["payload bytes not a multiple of itemsize", cat(map(1), str("w"), ndarray([1], "float32", [0, 0, 0])), "ByteLengthMismatch", "refuses"],
@@ -47,10 +53,20 @@ export const hostileCases: [attack: string, bytes: Uint8Array, code: string, ref
   ["complex128, which safetensors cannot hold", cat(map(1), str("w"), ndarray([1], "complex128", new Uint8Array(16))), "UnknownDtype", "accepts"],
   ["int4, kept one value per byte by ml_dtypes", cat(map(1), str("w"), ndarray([2], "int4", [1, 2])), "UnknownDtype", "accepts"],
   ["a numpy spelling flax never writes ('>i4')", cat(map(1), str("w"), ndarray([1], ">i4", [0, 0, 0, 1])), "UnknownDtype", "accepts"],
-  ["a 1000-byte dtype name", cat(map(1), str("w"), ext(1, 1011), arr(3), arr(0), [0xda, 0x03, 0xe8], new Uint8Array(1000).fill(0x61), bin(1), [0]), "UnknownDtype", "refuses"],
+  [
+    "a 1000-byte dtype name",
+    cat(map(1), str("w"), ext(1, 1011), arr(3), arr(0), [0xda, 0x03, 0xe8], new Uint8Array(1000).fill(0x61), bin(1), [0]),
+    "UnknownDtype",
+    "refuses",
+  ],
   ["a negative dimension", cat(map(1), str("w"), ext(1, 15), arr(3), arr(1), [0xff], str("uint8"), bin(1), [0]), "InvalidArray", "accepts"],
   ["65 dimensions", cat(map(1), str("w"), ndarray(new Array(65).fill(1), "uint8", [0])), "InvalidArray", "refuses"],
-  ["a dimension past 2^53 (beside a zero)", cat(map(1), str("w"), ext(1, 23), arr(3), arr(2), [0], [0xcf, 0, 0x40, 0, 0, 0, 0, 0, 0], str("uint8"), bin(0)), "Unsupported", "accepts"],
+  [
+    "a dimension past 2^53 (beside a zero)",
+    cat(map(1), str("w"), ext(1, 23), arr(3), arr(2), [0], [0xcf, 0, 0x40, 0, 0, 0, 0, 0, 0], str("uint8"), bin(0)),
+    "Unsupported",
+    "accepts",
+  ],
   ["a payload that is not an array of three", cat(map(1), str("w"), ext(1, 5), arr(2), arr(0), str("i8")), "InvalidArray", "refuses"],
   ["an empty ext 1 payload", cat(map(1), str("w"), ext(1, 0)), "InvalidArray", "refuses"],
   ["a one-byte ext 1 payload (fixext1)", cat(map(1), str("w"), [0xd4, 0x01, 0x93]), "InvalidArray", "refuses"],
@@ -59,13 +75,33 @@ export const hostileCases: [attack: string, bytes: Uint8Array, code: string, ref
   ["a shape that is a map", cat(map(1), str("w"), ext(1, 14), arr(3), map(0), str("uint8"), bin(1), [0]), "InvalidArray", "refuses"],
   ["chunks that do not add up to the shape", chunkDict(dims(2, 3), pieces(ndarray([4], "float32", f32(1, 2, 3, 4)))), "InvalidChunkedArray", "refuses"],
   ["chunks with more elements than the shape", chunkDict(dims(1), pieces(ndarray([2], "float32", f32(1, 2)))), "InvalidChunkedArray", "refuses"],
-  ["a chunk dict without chunks", cat(map(1), str("w"), map(2), str("__msgpack_chunked_array__"), [0xc3], str("shape"), dims(1)), "InvalidChunkedArray", "refuses"],
-  ["a chunk dict without shape", cat(map(1), str("w"), map(2), str("__msgpack_chunked_array__"), [0xc3], str("chunks"), pieces(ndarray([1], "uint8", [1]))), "InvalidChunkedArray", "refuses"],
+  [
+    "a chunk dict without chunks",
+    cat(map(1), str("w"), map(2), str("__msgpack_chunked_array__"), [0xc3], str("shape"), dims(1)),
+    "InvalidChunkedArray",
+    "refuses",
+  ],
+  [
+    "a chunk dict without shape",
+    cat(map(1), str("w"), map(2), str("__msgpack_chunked_array__"), [0xc3], str("chunks"), pieces(ndarray([1], "uint8", [1]))),
+    "InvalidChunkedArray",
+    "refuses",
+  ],
   ["a chunk dict whose shape is a list", chunkDict(cat(arr(1), [1]), pieces(ndarray([1], "uint8", [1]))), "InvalidChunkedArray", "refuses"],
   ["a chunk dict with a negative dimension", chunkDict(cat(map(1), str("0"), [0xff]), pieces(ndarray([1], "uint8", [1]))), "InvalidChunkedArray", "accepts"],
-  ["chunk keys 0 and 2, not 0 and 1", chunkDict(dims(2), cat(map(2), str("0"), ndarray([1], "uint8", [1]), str("2"), ndarray([1], "uint8", [2]))), "InvalidChunkedArray", "refuses"],
+  [
+    "chunk keys 0 and 2, not 0 and 1",
+    chunkDict(dims(2), cat(map(2), str("0"), ndarray([1], "uint8", [1]), str("2"), ndarray([1], "uint8", [2]))),
+    "InvalidChunkedArray",
+    "refuses",
+  ],
   ["chunks with integer keys", chunkDict(dims(1), cat(map(1), [0], ndarray([1], "uint8", [1]))), "InvalidChunkedArray", "refuses"],
-  ["chunks of two dtypes (the reference promotes, we refuse)", chunkDict(dims(2), pieces(ndarray([1], "uint8", [1]), ndarray([1], "float32", f32(2)))), "InvalidChunkedArray", "accepts"],
+  [
+    "chunks of two dtypes (the reference promotes, we refuse)",
+    chunkDict(dims(2), pieces(ndarray([1], "uint8", [1]), ndarray([1], "float32", f32(2)))),
+    "InvalidChunkedArray",
+    "accepts",
+  ],
   ["a 2-d chunk", chunkDict(dims(2, 2), pieces(ndarray([2, 2], "uint8", [1, 2, 3, 4]))), "InvalidChunkedArray", "accepts"],
   ["a chunk that is not an array", chunkDict(dims(1), cat(map(1), str("0"), [0x01])), "InvalidChunkedArray", "refuses"],
   ["a chunk dict with no chunks", chunkDict(dims(0), cat(map(0))), "InvalidChunkedArray", "refuses"],
@@ -75,10 +111,25 @@ export const hostileCases: [attack: string, bytes: Uint8Array, code: string, ref
   ["a list as a key", cat(map(1), arr(0), [0x01]), "FormatError", "refuses"],
   ["invalid UTF-8 in a key", cat(map(1), [0xa2, 0xc3, 0x28], [0x01]), "FormatError", "refuses"],
   ["invalid UTF-8 in a string leaf", cat(map(1), str("s"), [0xa2, 0xff, 0xfe]), "FormatError", "refuses"],
-  ["a repeated key (the reference keeps the last, we refuse)", cat(map(2), str("w"), ndarray([1], "uint8", [1]), str("w"), ndarray([1], "uint8", [2])), "DuplicateKey", "accepts"],
-  ["a key holding the separator beside the same path nested", cat(map(2), str("a.b"), ndarray([1], "uint8", [1]), str("a"), map(1), str("b"), ndarray([1], "uint8", [2])), "DuplicateKey", "accepts"],
+  [
+    "a repeated key (the reference keeps the last, we refuse)",
+    cat(map(2), str("w"), ndarray([1], "uint8", [1]), str("w"), ndarray([1], "uint8", [2])),
+    "DuplicateKey",
+    "accepts",
+  ],
+  [
+    "a key holding the separator beside the same path nested",
+    cat(map(2), str("a.b"), ndarray([1], "uint8", [1]), str("a"), map(1), str("b"), ndarray([1], "uint8", [2])),
+    "DuplicateKey",
+    "accepts",
+  ],
   ["a name past an overridden length limit", cat(map(1), str("x".repeat(20)), ndarray([1], "uint8", [1])), "LimitExceeded", null, { maxNameLength: 10 }],
-  ["more arrays than an overridden limit", cat(map(3), ...["a", "b", "c"].flatMap((k) => [str(k), ndarray([1], "uint8", [1])])), "LimitExceeded", null, { maxArrays: 2 }],
+  [
+    "more arrays than an overridden limit",
+    cat(map(3), ...["a", "b", "c"].flatMap((k) => [str(k), ndarray([1], "uint8", [1])])),
+    "LimitExceeded",
+    null,
+    { maxArrays: 2 },
+  ],
   ["an empty separator", ok, "InvalidArgument", null, { sep: "" }],
 ];
-

@@ -37,7 +37,22 @@ const lines = <T>(text: string) =>
 function tensorSet(seed: number, size: number): TensorEntry[] {
   const dtypes = DTYPES.filter((d) => d.numpyName !== undefined).map((d) => d.code);
   const shapes = [[], [3], [2, 4], [0, 5], [1, 2, 2], [17], [300], [0, 70000]];
-  const names = ["params.Dense_0.kernel", "params.Dense_0.bias", "params.LayerNorm_0.scale", "blocks.0.w", "blocks.1.w", "blocks.10.w", "blocks.2.w", "é.😀", "\uffff", "k".repeat(40), "emb.embedding", "opt.0.mu", "opt.1.nu", "step"];
+  const names = [
+    "params.Dense_0.kernel",
+    "params.Dense_0.bias",
+    "params.LayerNorm_0.scale",
+    "blocks.0.w",
+    "blocks.1.w",
+    "blocks.10.w",
+    "blocks.2.w",
+    "é.😀",
+    "\uffff",
+    "k".repeat(40),
+    "emb.embedding",
+    "opt.0.mu",
+    "opt.1.nu",
+    "step",
+  ];
   let x = seed * 2654435761 || 1;
   const next = () => ((x = (x * 1103515245 + 12345) >>> 0), x);
   return Array.from({ length: size }, (_, i) => {

@@ -4,14 +4,13 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type ByteSink, DTYPES, type Dtype, type TensorEntry, isStConvertError, readTensorBytes, tensorByteLength, tensorFromBytes } from "@st-convert/core";
+import { type ByteSink, DTYPES, type Dtype, type TensorEntry, readTensorBytes, tensorByteLength, tensorFromBytes } from "@st-convert/core";
 import { type FlaxWriteOptions, MAX_DEPTH, readFlax, serializeFlax, writeFlax } from "@st-convert/flax";
 import { errorCode as code, fuzzRuns, fuzzSeed, toHex } from "@st-convert/testing";
 import { cat, map, str } from "./msgpackBytes.js";
 
 const u8 = (name: string, ...bytes: number[]) => tensorFromBytes({ name, dtype: "U8", shape: [bytes.length] }, Uint8Array.from(bytes));
 const write = (tensors: TensorEntry[], options?: FlaxWriteOptions) => serializeFlax({ metadata: null, tensors }, options);
-
 
 /** A tensor whose chunks are produced on demand, in runs of `run` bytes, `total` bytes in all. */
 function lazyTensor(name: string, total: number, run: number, declared = total): TensorEntry {
@@ -111,7 +110,10 @@ describe("dtypes and metadata", () => {
 
 describe("chunking and streaming", () => {
   it("chunks as flax does: only over maxChunkSize, runs of int(max / itemsize) elements, the last shorter", async () => {
-    const f32 = tensorFromBytes({ name: "w", dtype: "F32", shape: [2, 5] }, new Uint8Array(40).map((_, i) => i));
+    const f32 = tensorFromBytes(
+      { name: "w", dtype: "F32", shape: [2, 5] },
+      new Uint8Array(40).map((_, i) => i),
+    );
     const file = await readFlax(await write([f32], { maxChunkSize: 16 }));
     expect(file.tensors[0]!.ranges.map(([, n]) => n)).toEqual([16, 16, 8]);
     expect(toHex(await readTensorBytes(file.tensors[0]!))).toBe(toHex(new Uint8Array(40).map((_, i) => i)));
@@ -159,7 +161,10 @@ describe("chunking and streaming", () => {
 
 describe("round trips", () => {
   const dtypes = DTYPES.map((d) => d.code).filter((c) => !c.startsWith("F4") && !c.startsWith("F6")) as Dtype[];
-  const segment = fc.oneof(fc.constantFrom("params", "kernel", "bias", "0", "1", "10", "2", "é", "😀", ""), fc.string({ maxLength: 6 }).filter((s) => !s.includes(".")));
+  const segment = fc.oneof(
+    fc.constantFrom("params", "kernel", "bias", "0", "1", "10", "2", "é", "😀", ""),
+    fc.string({ maxLength: 6 }).filter((s) => !s.includes(".")),
+  );
   const tensor = fc.record({
     path: fc.array(segment, { minLength: 1, maxLength: 4 }),
     dtype: fc.constantFrom(...dtypes),
@@ -169,19 +174,23 @@ describe("round trips", () => {
 
   it("safetensors-like tensors → flax → the same tensors, chunked or not", async () => {
     await fc.assert(
-      fc.asyncProperty(fc.uniqueArray(tensor, { selector: (t) => t.path.join("."), maxLength: 8 }), fc.constantFrom(2 ** 30, 8, 3), async (specs, maxChunkSize) => {
-        const names = specs.map((s) => s.path.join("."));
-        // Skip sets with a clash (a name that is a prefix of another); the clash test covers them.
-        fc.pre(!names.some((a) => names.some((b) => b.startsWith(`${a}.`))));
-        const tensors = specs.map((s, i) => {
-          const bytes = new Uint8Array(tensorByteLength(s.dtype, s.shape)).map((_, j) => (s.seed + j * 7) & 0xff);
-          return tensorFromBytes({ name: names[i]!, dtype: s.dtype, shape: s.shape }, bytes);
-        });
-        const back = await readFlax(await write(tensors, { maxChunkSize }));
-        const view = async (ts: readonly TensorEntry[]) =>
-          (await Promise.all(ts.map(async (t) => `${t.name}|${t.dtype}|${t.shape.join(",")}|${toHex(await readTensorBytes(t))}`))).sort();
-        expect(await view(back.tensors)).toEqual(await view(tensors));
-      }),
+      fc.asyncProperty(
+        fc.uniqueArray(tensor, { selector: (t) => t.path.join("."), maxLength: 8 }),
+        fc.constantFrom(2 ** 30, 8, 3),
+        async (specs, maxChunkSize) => {
+          const names = specs.map((s) => s.path.join("."));
+          // Skip sets with a clash (a name that is a prefix of another); the clash test covers them.
+          fc.pre(!names.some((a) => names.some((b) => b.startsWith(`${a}.`))));
+          const tensors = specs.map((s, i) => {
+            const bytes = new Uint8Array(tensorByteLength(s.dtype, s.shape)).map((_, j) => (s.seed + j * 7) & 0xff);
+            return tensorFromBytes({ name: names[i]!, dtype: s.dtype, shape: s.shape }, bytes);
+          });
+          const back = await readFlax(await write(tensors, { maxChunkSize }));
+          const view = async (ts: readonly TensorEntry[]) =>
+            (await Promise.all(ts.map(async (t) => `${t.name}|${t.dtype}|${t.shape.join(",")}|${toHex(await readTensorBytes(t))}`))).sort();
+          expect(await view(back.tensors)).toEqual(await view(tensors));
+        },
+      ),
       { numRuns: fuzzRuns(), seed: fuzzSeed() },
     );
   });

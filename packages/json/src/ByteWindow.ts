@@ -105,7 +105,7 @@ export function numberEnd(buf: Uint8Array, i: number, final: boolean): number {
     nonZero = true;
     for (j++; j < n && (c = buf[j]!) >= 0x30 && c <= 0x39; j++);
   } else {
-    return bad(c === 0x49 ? "bare -Infinity is not JSON; write the string \"-Infinity\"" : "a '-' not followed by a digit");
+    return bad(c === 0x49 ? 'bare -Infinity is not JSON; write the string "-Infinity"' : "a '-' not followed by a digit");
   }
   if (j >= n) return final ? done(j, nonZero, float) : NEED_MORE;
   c = buf[j]!;

@@ -218,7 +218,10 @@ class DataScan {
         const dim = this.dims[level]!;
         if (dim === -1) this.dims[level] = count;
         else if (count !== dim) {
-          this.fail("ShapeMismatch", `${this.where(false, level)}: arrays at this level hold ${dim} elements, this one holds ${count} (arrays must be regular)`);
+          this.fail(
+            "ShapeMismatch",
+            `${this.where(false, level)}: arrays at this level hold ${dim} elements, this one holds ${count} (arrays must be regular)`,
+          );
         }
         this.depth--;
         this.expectValue = false;
@@ -299,7 +302,10 @@ class DataScan {
           shown = "with invalid UTF-8";
         }
         const cut = buf[end - 1] === 0x22 && end - i > 1 ? "" : "…";
-        return this.fail("InvalidValue", `${this.where(true)}: the string ${shown}${cut} is not a value; strings in data are "NaN", "Infinity" and "-Infinity" only`);
+        return this.fail(
+          "InvalidValue",
+          `${this.where(true)}: the string ${shown}${cut} is not a value; strings in data are "NaN", "Infinity" and "-Infinity" only`,
+        );
       }
       case "unterminated":
         return this.syntax("unterminated string", i, true);
@@ -754,9 +760,7 @@ export function hex4(buf: Uint8Array, i: number, limit: number): number {
 }
 
 function hint(name: string): string {
-  return name === "weight_map" || name === "metadata"
-    ? " (a sharded checkpoint index such as model.safetensors.index.json is not a tensor file)"
-    : "";
+  return name === "weight_map" || name === "metadata" ? " (a sharded checkpoint index such as model.safetensors.index.json is not a tensor file)" : "";
 }
 
 /**
@@ -779,17 +783,15 @@ function checkDims(
   const same = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((v, i) => v === b[i]);
   if (same(dims, expected)) return;
   if (same(dims, pair ? [count, 2] : [count])) return;
-  if (count === 0 && leaves === 0 && dims.length > 0 && dims.length <= shape.length && dims[dims.length - 1] === 0 && same(dims, shape.slice(0, dims.length))) return;
+  if (count === 0 && leaves === 0 && dims.length > 0 && dims.length <= shape.length && dims[dims.length - 1] === 0 && same(dims, shape.slice(0, dims.length)))
+    return;
   const written = dims.length === 0 ? "a bare value" : `arrays of dims [${dims.join(", ")}]`;
   const values = pair ? `${leaves / 2} [re, im] pairs` : `${leaves} values`;
   const needs = pair ? `${count} [re, im] pairs` : `${count} values`;
   if (leaves !== count * (pair ? 2 : 1)) {
     fail("ShapeMismatch", `${path}.data: ${values} (${written}), but ${dtype} shape [${shape.join(", ")}] needs ${needs}`);
   }
-  fail(
-    "ShapeMismatch",
-    `${path}.data: ${written} match neither shape [${shape.join(", ")}]${pair ? " (plus the pair)" : ""} nor a flat list of ${needs}`,
-  );
+  fail("ShapeMismatch", `${path}.data: ${written} match neither shape [${shape.join(", ")}]${pair ? " (plus the pair)" : ""} nor a flat list of ${needs}`);
 }
 
 /** Refuses leaf kinds the dtype does not take, naming the first offending leaf. */
@@ -810,7 +812,8 @@ function checkKinds(path: string, codec: ValueCodec, scan: DataScan, dims: reado
   if (dtype === "BOOL" && bit & (Leaf.Integer | Leaf.Float | Leaf.Negative)) {
     fail("InvalidValue", `${where}: a number is not a BOOL value; BOOL takes true and false`);
   }
-  if (bit === Leaf.Negative) fail("ValueOutOfRange", `${where}: a negative value is out of range for ${dtype}${dtype === "F8_E8M0" ? ", which holds positive powers of two" : ""}`);
+  if (bit === Leaf.Negative)
+    fail("ValueOutOfRange", `${where}: a negative value is out of range for ${dtype}${dtype === "F8_E8M0" ? ", which holds positive powers of two" : ""}`);
   if (bit === Leaf.Infinity || bit === Leaf.NegativeInfinity) {
     const text = bit === Leaf.Infinity ? '"Infinity"' : '"-Infinity"';
     if (codec.allowedLeaves & Leaf.Float) fail("ValueOutOfRange", `${where}: ${text} is out of range for ${dtype}, which has no infinity`);

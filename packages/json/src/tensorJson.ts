@@ -314,7 +314,11 @@ class TextOut {
 /** A JSON string literal for a name or metadata text (serde's and `JSON.stringify`'s escaping). */
 function jsonString(text: string, where: { tensor?: string }, what: string): string {
   if (hasLoneSurrogate(text)) {
-    throw new StConvertError(what === "name" ? "InvalidName" : "InvalidMetadata", `${what} ${quoteName(text)} holds a lone UTF-16 surrogate, which JSON text in UTF-8 cannot carry`, where);
+    throw new StConvertError(
+      what === "name" ? "InvalidName" : "InvalidMetadata",
+      `${what} ${quoteName(text)} holds a lone UTF-16 surrogate, which JSON text in UTF-8 cannot carry`,
+      where,
+    );
   }
   return JSON.stringify(text);
 }

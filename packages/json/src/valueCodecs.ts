@@ -4,7 +4,7 @@
  * block of elements. The two sides are paired here so that "reads back to the same bits" is
  * decided by the very code that reads.
  */
-import { type Dtype, LITTLE_ENDIAN } from "@st-convert/core";
+import type { Dtype } from "@st-convert/core";
 import { type MinifloatCodec, OVERFLOW, minifloat } from "./minifloats.js";
 import { type Decimal, decimalText, shortestDecimal, shortestFloat32, writeDecimal } from "./shortestDecimal.js";
 
@@ -195,7 +195,6 @@ export function parseNumberToken(text: Uint8Array, start: number, end: number): 
 }
 
 // ---- codecs --------------------------------------------------------------------------------
-
 
 function outOfRange(dtype: Dtype, text: Uint8Array, start: number, end: number, range: string): ValueError {
   return new ValueError("ValueOutOfRange", `${tokenText(text, start, end)} is out of range for ${dtype} (${range})`);
@@ -509,7 +508,10 @@ export function minifloatText(codec: MinifloatCodec, bits: number): string {
   if (x === Infinity) return '"Infinity"';
   if (x === -Infinity) return '"-Infinity"';
   if (x === 0) return 1 / x < 0 ? "-0.0" : "0";
-  return decimalText(x < 0, shortestDecimal(x, (y) => codec.encode(y) === bits));
+  return decimalText(
+    x < 0,
+    shortestDecimal(x, (y) => codec.encode(y) === bits),
+  );
 }
 
 function buildTextTable(codec: MinifloatCodec): TextTable {

@@ -17,7 +17,11 @@ const decoded = JSON.parse(readFileSync(fixturePath("json", "decoded.json"), "ut
 
 function bitsOf(dtype: Dtype, bytes: Uint8Array, i: number): string {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (dtype === "F64") return view.getBigUint64(8 * i, true).toString(16).padStart(16, "0");
+  if (dtype === "F64")
+    return view
+      .getBigUint64(8 * i, true)
+      .toString(16)
+      .padStart(16, "0");
   if (dtype === "F32") return String(view.getUint32(4 * i, true));
   if (dtype === "F16" || dtype === "BF16") return String(view.getUint16(2 * i, true));
   return String(bytes[i]);
@@ -111,7 +115,11 @@ describe("the shortest float32 decimals", () => {
 describe("the text the writer spells", () => {
   const cases: [Dtype, number[], string][] = [
     // value bits (little-endian words) → the data array
-    ["F32", [0x3dcccccd, 0x80000000, 0x7fc00000, 0x7f800000, 0xff800000, 0x00000001, 0x7f7fffff], '[0.1, -0.0, "NaN", "Infinity", "-Infinity", 1e-45, 3.4028235e+38]'],
+    [
+      "F32",
+      [0x3dcccccd, 0x80000000, 0x7fc00000, 0x7f800000, 0xff800000, 0x00000001, 0x7f7fffff],
+      '[0.1, -0.0, "NaN", "Infinity", "-Infinity", 1e-45, 3.4028235e+38]',
+    ],
     // 123456789 is not a float32: the nearest is 123456792, whose shortest decimal is 123456790.
     ["F32", [0x4ceb79a3, 0x5368d4a5, 0x4b800000, 0x358637bd, 0x3f800000, 0xbfc00000], "[123456790, 1000000000000, 16777216, 0.000001, 1, -1.5]"],
     // Integers of 1e15 and beyond in exponent form, so that Python reads a float, not an int.

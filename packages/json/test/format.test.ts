@@ -21,7 +21,7 @@ describe("jsonFormat", () => {
   it.each([
     ['{"w": {"dtype": "F32", "shape": [], "data": 1}}', true],
     ['{"w": {"data_base64": "", "dtype": "U8", "shape": [0]}}', true],
-    ["  \n{\n  \"__metadata__\": {}}", true],
+    ['  \n{\n  "__metadata__": {}}', true],
     ['\ufeff{ "a.b\\"c": { "shape"', true],
     ['{"a": {', true], // cut by the head's end after the value opens: may be a tensor
     ['{"w": {}}', false],

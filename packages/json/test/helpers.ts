@@ -40,7 +40,9 @@ export async function toJson(source: TensorSource, options: TensorJsonWriteOptio
 /** Reads a document and all of its tensors' bytes. */
 export async function readAll(json: Uint8Array | string, options: TensorJsonReadOptions = {}) {
   const file = await readTensorJson(typeof json === "string" ? utf8.encode(json) : json, options);
-  const tensors = await Promise.all(file.tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], encoding: t.encoding, bytes: await readTensorBytes(t) })));
+  const tensors = await Promise.all(
+    file.tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], encoding: t.encoding, bytes: await readTensorBytes(t) })),
+  );
   return { metadata: file.metadata === null ? null : { ...file.metadata }, tensors };
 }
 

@@ -34,9 +34,19 @@ const cases: [string, string | Uint8Array, string, string][] = [
   ["lone high surrogate escape", '{"\\ud800": {}}', "InvalidJson", "lone surrogate"],
   ["lone low surrogate escape", '{"\\udc00x": {}}', "InvalidJson", "lone surrogate"],
   ["invalid UTF-8 in a name", Uint8Array.of(0x7b, 0x22, 0xff, 0x22, 0x3a, 0x7b, 0x7d, 0x7d), "InvalidJson", "invalid UTF-8"],
-  ["overlong UTF-8 in metadata", Uint8Array.from([...utf8.encode('{"__metadata__": {"k": "'), 0xc0, 0xaf, ...utf8.encode('"}}')]), "InvalidJson", "invalid UTF-8"],
+  [
+    "overlong UTF-8 in metadata",
+    Uint8Array.from([...utf8.encode('{"__metadata__": {"k": "'), 0xc0, 0xaf, ...utf8.encode('"}}')]),
+    "InvalidJson",
+    "invalid UTF-8",
+  ],
   // Duplicate keys, at every level
-  ["duplicate tensor name", '{"w": {"dtype": "U8", "shape": [], "data": 1}, "w": {"dtype": "U8", "shape": [], "data": 2}}', "DuplicateKey", "w: the tensor name appears twice"],
+  [
+    "duplicate tensor name",
+    '{"w": {"dtype": "U8", "shape": [], "data": 1}, "w": {"dtype": "U8", "shape": [], "data": 2}}',
+    "DuplicateKey",
+    "w: the tensor name appears twice",
+  ],
   ["duplicate __metadata__", '{"__metadata__": {}, "__metadata__": {}}', "DuplicateKey", "__metadata__ appears twice"],
   ["duplicate metadata key", '{"__metadata__": {"a": "1", "a": "2"}}', "DuplicateKey", "__metadata__.a: the metadata key appears twice"],
   ["duplicate dtype field", t('{"dtype": "U8", "dtype": "I8", "shape": [], "data": 1}'), "DuplicateKey", 'w: the field "dtype" appears twice'],
@@ -66,15 +76,50 @@ const cases: [string, string | Uint8Array, string, string][] = [
   ["odd F4 count", t('{"dtype": "F4", "shape": [3], "data_base64": "AA=="}'), "MisalignedSlice", "byte boundary"],
   ["F4 as values", t('{"dtype": "F4", "shape": [2], "data": [0.5, 1]}'), "Unsupported", "w.data: F4 has no values form"],
   // Shapes and counts
-  ["too few values", t('{"dtype": "F32", "shape": [2, 2], "data": [1, 2, 3]}'), "ShapeMismatch", "w.data: 3 values (arrays of dims [3]), but F32 shape [2, 2] needs 4 values"],
+  [
+    "too few values",
+    t('{"dtype": "F32", "shape": [2, 2], "data": [1, 2, 3]}'),
+    "ShapeMismatch",
+    "w.data: 3 values (arrays of dims [3]), but F32 shape [2, 2] needs 4 values",
+  ],
   ["too many values", t('{"dtype": "U8", "shape": [2], "data": [1, 2, 3]}'), "ShapeMismatch", "needs 2 values"],
-  ["nesting transposed", t('{"dtype": "U8", "shape": [2, 3], "data": [[1, 2], [3, 4], [5, 6]]}'), "ShapeMismatch", "arrays of dims [3, 2] match neither shape [2, 3] nor a flat list of 6 values"],
-  ["ragged rows", t('{"dtype": "U8", "shape": [2, 2], "data": [[1, 2], [3]]}'), "ShapeMismatch", "w.data[1]: arrays at this level hold 2 elements, this one holds 1"],
-  ["ragged, longer", t('{"dtype": "U8", "shape": [2, 2], "data": [[1, 2], [3, 4, 5]]}'), "ShapeMismatch", "w.data[1][2]: arrays at this level hold 2 elements, this one holds more"],
-  ["value beside arrays", t('{"dtype": "U8", "shape": [2, 1], "data": [[1], 2]}'), "ShapeMismatch", "w.data[1]: a value where the other elements at this level are arrays"],
-  ["array beside values", t('{"dtype": "U8", "shape": [2], "data": [1, [2]]}'), "ShapeMismatch", "w.data[1]: an array where the other elements at this level are values"],
+  [
+    "nesting transposed",
+    t('{"dtype": "U8", "shape": [2, 3], "data": [[1, 2], [3, 4], [5, 6]]}'),
+    "ShapeMismatch",
+    "arrays of dims [3, 2] match neither shape [2, 3] nor a flat list of 6 values",
+  ],
+  [
+    "ragged rows",
+    t('{"dtype": "U8", "shape": [2, 2], "data": [[1, 2], [3]]}'),
+    "ShapeMismatch",
+    "w.data[1]: arrays at this level hold 2 elements, this one holds 1",
+  ],
+  [
+    "ragged, longer",
+    t('{"dtype": "U8", "shape": [2, 2], "data": [[1, 2], [3, 4, 5]]}'),
+    "ShapeMismatch",
+    "w.data[1][2]: arrays at this level hold 2 elements, this one holds more",
+  ],
+  [
+    "value beside arrays",
+    t('{"dtype": "U8", "shape": [2, 1], "data": [[1], 2]}'),
+    "ShapeMismatch",
+    "w.data[1]: a value where the other elements at this level are arrays",
+  ],
+  [
+    "array beside values",
+    t('{"dtype": "U8", "shape": [2], "data": [1, [2]]}'),
+    "ShapeMismatch",
+    "w.data[1]: an array where the other elements at this level are values",
+  ],
   ["a bare value for a 1-d tensor", t('{"dtype": "U8", "shape": [1], "data": 1}'), "ShapeMismatch", "a bare value"],
-  ["C64 without pairs", t('{"dtype": "C64", "shape": [2], "data": [1, 2]}'), "ShapeMismatch", "w.data: 1 [re, im] pairs (arrays of dims [2]), but C64 shape [2] needs 2 [re, im] pairs"],
+  [
+    "C64 without pairs",
+    t('{"dtype": "C64", "shape": [2], "data": [1, 2]}'),
+    "ShapeMismatch",
+    "w.data: 1 [re, im] pairs (arrays of dims [2]), but C64 shape [2] needs 2 [re, im] pairs",
+  ],
   ["C64 triples", t('{"dtype": "C64", "shape": [2], "data": [[1, 2, 3], [4, 5, 6]]}'), "ShapeMismatch", "needs 2 [re, im] pairs"],
   // Kinds of values
   ["a float for an integer dtype", t('{"dtype": "I32", "shape": [3], "data": [1, 2, 2.5]}'), "InvalidValue", "w.data[2]: not an integer"],
@@ -88,26 +133,65 @@ const cases: [string, string | Uint8Array, string, string][] = [
   ["an object in data", t('{"dtype": "F32", "shape": [1], "data": [{}]}'), "InvalidValue", "w.data[0]: an object is not a value"],
   // Ranges
   ["negative into U8", t('{"dtype": "U8", "shape": [2], "data": [1, -1]}'), "ValueOutOfRange", "w.data[1]: a negative value is out of range for U8"],
-  ["Infinity into F8_E4M3", t('{"dtype": "F8_E4M3", "shape": [1], "data": ["Infinity"]}'), "ValueOutOfRange", 'w.data[0]: "Infinity" is out of range for F8_E4M3, which has no infinity'],
+  [
+    "Infinity into F8_E4M3",
+    t('{"dtype": "F8_E4M3", "shape": [1], "data": ["Infinity"]}'),
+    "ValueOutOfRange",
+    'w.data[0]: "Infinity" is out of range for F8_E4M3, which has no infinity',
+  ],
   ["-Infinity into F8_E5M2FNUZ", t('{"dtype": "F8_E5M2FNUZ", "shape": [1], "data": ["-Infinity"]}'), "ValueOutOfRange", "which has no infinity"],
   ["negative into F8_E8M0", t('{"dtype": "F8_E8M0", "shape": [1], "data": [-2]}'), "ValueOutOfRange", "F8_E8M0, which holds positive powers of two"],
   // base64
-  ["base64 with a space", t('{"dtype": "U8", "shape": [3], "data_base64": "AQI D"}'), "InvalidBase64", "w.data_base64: byte 0x20, which is not base64, at character 3"],
-  ["base64 with a bad character", t('{"dtype": "U8", "shape": [3], "data_base64": "AQ-D"}'), "InvalidBase64", "w.data_base64: '-', which is not base64, at character 2"],
+  [
+    "base64 with a space",
+    t('{"dtype": "U8", "shape": [3], "data_base64": "AQI D"}'),
+    "InvalidBase64",
+    "w.data_base64: byte 0x20, which is not base64, at character 3",
+  ],
+  [
+    "base64 with a bad character",
+    t('{"dtype": "U8", "shape": [3], "data_base64": "AQ-D"}'),
+    "InvalidBase64",
+    "w.data_base64: '-', which is not base64, at character 2",
+  ],
   ["base64 URL alphabet", t('{"dtype": "U8", "shape": [3], "data_base64": "AQ_D"}'), "InvalidBase64", "'_', which is not base64"],
   ["base64 unpadded", t('{"dtype": "U8", "shape": [1], "data_base64": "AQ"}'), "InvalidBase64", "2 characters, not a multiple of 4"],
   ["base64 data after padding", t('{"dtype": "U8", "shape": [2], "data_base64": "AQ==AQ=="}'), "InvalidBase64", "a character after '=' padding"],
   ["base64 triple padding", t('{"dtype": "U8", "shape": [1], "data_base64": "A==="}'), "InvalidBase64", "a third '='"],
-  ["base64 too short", t('{"dtype": "F32", "shape": [2], "data_base64": "AAAAAA=="}'), "ByteLengthMismatch", "w.data_base64: decodes to 4 bytes, F32 [2] needs 8"],
+  [
+    "base64 too short",
+    t('{"dtype": "F32", "shape": [2], "data_base64": "AAAAAA=="}'),
+    "ByteLengthMismatch",
+    "w.data_base64: decodes to 4 bytes, F32 [2] needs 8",
+  ],
   ["base64 too long", t('{"dtype": "U8", "shape": [1], "data_base64": "AAAA"}'), "ByteLengthMismatch", "decodes to 3 bytes"],
   ["base64 not a string", t('{"dtype": "U8", "shape": [1], "data_base64": [1]}'), "InvalidTensor", "w.data_base64: must be a string"],
-  ["base64 escape of a non-base64 character", t('{"dtype": "U8", "shape": [3], "data_base64": "AQ\\nD"}'), "InvalidBase64", "an escape that is not a base64 character"],
+  [
+    "base64 escape of a non-base64 character",
+    t('{"dtype": "U8", "shape": [3], "data_base64": "AQ\\nD"}'),
+    "InvalidBase64",
+    "an escape that is not a base64 character",
+  ],
   // Limits
-  ["number longer than the limit", t(`{"dtype": "F64", "shape": [1], "data": [1${"0".repeat(5000)}]}`), "LimitExceeded", "a number longer than 4096 characters"],
-  ["nesting past the depth limit", t(`{"dtype": "U8", "shape": [${Array(200).fill(1).join(", ")}], "data": ${"[".repeat(200)}1${"]".repeat(200)}}`), "LimitExceeded", `nesting deeper than ${MAX_JSON_DEPTH} levels`],
+  [
+    "number longer than the limit",
+    t(`{"dtype": "F64", "shape": [1], "data": [1${"0".repeat(5000)}]}`),
+    "LimitExceeded",
+    "a number longer than 4096 characters",
+  ],
+  [
+    "nesting past the depth limit",
+    t(`{"dtype": "U8", "shape": [${Array(200).fill(1).join(", ")}], "data": ${"[".repeat(200)}1${"]".repeat(200)}}`),
+    "LimitExceeded",
+    `nesting deeper than ${MAX_JSON_DEPTH} levels`,
+  ],
 ];
 
-recordHostileCases("json", ".json", cases.map(([attack, doc, code]) => [attack, typeof doc === "string" ? utf8.encode(doc) : doc, code] as const));
+recordHostileCases(
+  "json",
+  ".json",
+  cases.map(([attack, doc, code]) => [attack, typeof doc === "string" ? utf8.encode(doc) : doc, code] as const),
+);
 
 describe("refusals", () => {
   it.each(cases)("%s", async (_attack, doc, code, message) => {
@@ -162,7 +246,7 @@ describe("values out of their dtype's range, refused when the tensor is read", (
   });
 
   it("quotes names that are not plain in paths", async () => {
-    const error = await failure(readAll(t('{"dtype": "U8", "shape": [1], "data": [1.5]}', "a b\\\"c")));
+    const error = await failure(readAll(t('{"dtype": "U8", "shape": [1], "data": [1.5]}', 'a b\\"c')));
     expect(error.message).toContain('"a b\\"c".data[0]: not an integer');
     expect(error.tensor).toBe('a b"c');
   });

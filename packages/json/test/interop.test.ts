@@ -61,7 +61,7 @@ describeInterop("json interop with Python's json, numpy and ml_dtypes", (python)
     const tensors = numpyDtypes.map((dtype, i) => {
       const bits = DTYPES.find((d) => d.code === dtype)!.bits;
       let bytes: Uint8Array;
-      if (bits <= 16 && dtype.startsWith("F") || dtype === "BF16") bytes = allPatterns(dtype);
+      if ((bits <= 16 && dtype.startsWith("F")) || dtype === "BF16") bytes = allPatterns(dtype);
       else bytes = bytesFor(1000 + i, tensorByteLength(dtype, [4096]));
       bytes = canonicalNaNs(dtype, bytes);
       const count = bytes.length / tensorByteLength(dtype, [1]);
@@ -98,7 +98,9 @@ describeInterop("json interop with Python's json, numpy and ml_dtypes", (python)
   it("a JSON written by hand per the README converts as documented", async () => {
     const converted = join(dir, "handwritten.safetensors");
     writeFileSync(converted, await serializeSafetensors(await readTensorJson(readFileSync(fixturePath("json", "handwritten.json")))));
-    const lines = runPython(python, "reference_safetensors.py", ["read", converted, fixturePath("json", "handwritten.safetensors")]).trim().split("\n");
+    const lines = runPython(python, "reference_safetensors.py", ["read", converted, fixturePath("json", "handwritten.safetensors")])
+      .trim()
+      .split("\n");
     const [ours, reference] = lines.map((line) => JSON.parse(line) as { ok: boolean; tensors: unknown[] });
     expect(ours!.ok).toBe(true);
     expect(ours).toEqual(reference);

@@ -35,7 +35,9 @@ describe("data: nested, flat or bare", () => {
 
 describe("the document", () => {
   it("takes the fields of a tensor in any order (data before dtype and shape)", async () => {
-    const { tensors } = await readAll('{"w": {"data": [[1, 2, 3]], "shape": [1, 3], "dtype": "U8"}, "v": {"data_base64": "AQI=", "dtype": "U8", "shape": [2]}}');
+    const { tensors } = await readAll(
+      '{"w": {"data": [[1, 2, 3]], "shape": [1, 3], "dtype": "U8"}, "v": {"data_base64": "AQI=", "dtype": "U8", "shape": [2]}}',
+    );
     expect(tensors.map((t) => [t.name, t.dtype, t.shape, t.encoding, [...t.bytes]])).toEqual([
       ["w", "U8", [1, 3], "values", [1, 2, 3]],
       ["v", "U8", [2], "base64", [1, 2]],
@@ -60,7 +62,9 @@ describe("the document", () => {
   });
 
   it("reads odd names: empty, escaped, non-ASCII", async () => {
-    const { tensors } = await readAll('{"": {"dtype": "U8", "shape": [], "data": 1}, "a\\"b\\u0000": {"dtype": "U8", "shape": [], "data": 2}, "😀é": {"dtype": "U8", "shape": [], "data": 3}}');
+    const { tensors } = await readAll(
+      '{"": {"dtype": "U8", "shape": [], "data": 1}, "a\\"b\\u0000": {"dtype": "U8", "shape": [], "data": 2}, "😀é": {"dtype": "U8", "shape": [], "data": 3}}',
+    );
     expect(tensors.map((t) => t.name)).toEqual(["", 'a"b\u0000', "😀é"]);
   });
 

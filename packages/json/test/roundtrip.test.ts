@@ -19,7 +19,12 @@ async function roundTrip(tensors: TensorEntry[], base64 = false) {
 }
 
 describe("golden safetensors files through JSON and back", () => {
-  it.each(goldens.flatMap((f) => [[f, "values"], [f, "base64"]]))("%s, %s form, is byte-identical", async (name, form) => {
+  it.each(
+    goldens.flatMap((f) => [
+      [f, "values"],
+      [f, "base64"],
+    ]),
+  )("%s, %s form, is byte-identical", async (name, form) => {
     const original = readFileSync(fixturePath("safetensors", name));
     const file = await readSafetensors(original);
     const { json, warnings } = await toJson(file, { base64: form === "base64" });
@@ -33,7 +38,15 @@ describe("golden safetensors files through JSON and back", () => {
 });
 
 /** Canonical NaN bits of each small float type: what numpy / ml_dtypes make of float("nan"). */
-const CANONICAL_NAN: Partial<Record<Dtype, number>> = { F16: 0x7e00, BF16: 0x7fc0, F8_E5M2: 0x7e, F8_E4M3: 0x7f, F8_E4M3FNUZ: 0x80, F8_E5M2FNUZ: 0x80, F8_E8M0: 0xff };
+const CANONICAL_NAN: Partial<Record<Dtype, number>> = {
+  F16: 0x7e00,
+  BF16: 0x7fc0,
+  F8_E5M2: 0x7e,
+  F8_E4M3: 0x7f,
+  F8_E4M3FNUZ: 0x80,
+  F8_E5M2FNUZ: 0x80,
+  F8_E8M0: 0xff,
+};
 
 /** Whether a pattern is a NaN, from each format's definition (not from the code under test). */
 function isNaNPattern(dtype: Dtype, p: number): boolean {
@@ -74,13 +87,17 @@ describe("every bit pattern of the 8- and 16-bit floats", () => {
     const { warnings, back } = await roundTrip([tensor("x", dtype, [bytes.length / (bytes.length > 256 ? 2 : 1)], bytes)]);
     const hasOtherNaNs = dtype === "F16" || dtype === "BF16" || dtype === "F8_E5M2" || dtype === "F8_E4M3";
     expect(back[0]!.encoding).toBe(hasOtherNaNs ? "base64" : "values");
-    expect(warnings).toEqual(hasOtherNaNs ? [expect.stringMatching(/tensor "x": written as data_base64, since it holds NaNs other than the canonical one/)] : []);
+    expect(warnings).toEqual(
+      hasOtherNaNs ? [expect.stringMatching(/tensor "x": written as data_base64, since it holds NaNs other than the canonical one/)] : [],
+    );
     expect(Buffer.from(back[0]!.bytes).equals(bytes)).toBe(true);
   });
 });
 
 describe("random and extreme values of the wider types", () => {
-  const F32_EDGES = [0, 0x80000000, 1, 0x80000001, 0x007fffff, 0x00800000, 0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0x3f800000, 0x4b800001, 0x5a000000];
+  const F32_EDGES = [
+    0, 0x80000000, 1, 0x80000001, 0x007fffff, 0x00800000, 0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0x3f800000, 0x4b800001, 0x5a000000,
+  ];
 
   it("F32 and C64: 200,000 random patterns plus edges (NaNs made canonical) come back exact through values", async () => {
     const words = new Uint32Array(200_000 + F32_EDGES.length);
@@ -99,7 +116,9 @@ describe("random and extreme values of the wider types", () => {
   it("F64: 100,000 random patterns plus edges come back exact through values", async () => {
     const words = new Uint32Array(2 * 100_010);
     new Uint8Array(words.buffer).set(bytesFor(64, words.byteLength));
-    const edges = [0, 0, 0, 0x80000000, 1, 0, 0xffffffff, 0x7fefffff, 0, 0x7ff00000, 0, 0xfff00000, 0, 0x7ff80000, 0, 0x00100000, 0xffffffff, 0x000fffff, 0, 0x43400000];
+    const edges = [
+      0, 0, 0, 0x80000000, 1, 0, 0xffffffff, 0x7fefffff, 0, 0x7ff00000, 0, 0xfff00000, 0, 0x7ff80000, 0, 0x00100000, 0xffffffff, 0x000fffff, 0, 0x43400000,
+    ];
     words.set(edges, 2 * 100_000);
     for (let i = 0; i < words.length; i += 2) {
       const hi = words[i + 1]!;
@@ -112,22 +131,25 @@ describe("random and extreme values of the wider types", () => {
     expect(Buffer.from(back[0]!.bytes).equals(bytes)).toBe(true);
   });
 
-  it.each(["U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"] as Dtype[])("%s: random values and both extremes come back exact through values", async (dtype) => {
-    const size = tensorByteLength(dtype, [1]);
-    const bytes = bytesFor(size * 7, size * 20_000);
-    bytes.fill(0xff, 0, size); // all ones: the maximum (unsigned) or -1
-    bytes.fill(0, size, 2 * size);
-    bytes.fill(0xff, 2 * size, 3 * size);
-    bytes[3 * size - 1] = 0x7f; // the signed maximum
-    bytes.fill(0, 3 * size, 4 * size);
-    bytes[4 * size - 1] = 0x80; // the signed minimum
-    const { json, warnings, back } = await roundTrip([tensor("i", dtype, [20_000], bytes)]);
-    expect(warnings).toEqual([]);
-    expect(back[0]!.encoding).toBe("values");
-    expect(Buffer.from(back[0]!.bytes).equals(bytes)).toBe(true);
-    if (dtype === "U64") expect(new TextDecoder().decode(json)).toContain('"data": [18446744073709551615, 0, 9223372036854775807, 9223372036854775808,');
-    if (dtype === "I64") expect(new TextDecoder().decode(json)).toContain('"data": [-1, 0, 9223372036854775807, -9223372036854775808,');
-  });
+  it.each(["U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"] as Dtype[])(
+    "%s: random values and both extremes come back exact through values",
+    async (dtype) => {
+      const size = tensorByteLength(dtype, [1]);
+      const bytes = bytesFor(size * 7, size * 20_000);
+      bytes.fill(0xff, 0, size); // all ones: the maximum (unsigned) or -1
+      bytes.fill(0, size, 2 * size);
+      bytes.fill(0xff, 2 * size, 3 * size);
+      bytes[3 * size - 1] = 0x7f; // the signed maximum
+      bytes.fill(0, 3 * size, 4 * size);
+      bytes[4 * size - 1] = 0x80; // the signed minimum
+      const { json, warnings, back } = await roundTrip([tensor("i", dtype, [20_000], bytes)]);
+      expect(warnings).toEqual([]);
+      expect(back[0]!.encoding).toBe("values");
+      expect(Buffer.from(back[0]!.bytes).equals(bytes)).toBe(true);
+      if (dtype === "U64") expect(new TextDecoder().decode(json)).toContain('"data": [18446744073709551615, 0, 9223372036854775807, 9223372036854775808,');
+      if (dtype === "I64") expect(new TextDecoder().decode(json)).toContain('"data": [-1, 0, 9223372036854775807, -9223372036854775808,');
+    },
+  );
 });
 
 describe("the values form is used exactly when it is lossless", () => {
@@ -136,7 +158,12 @@ describe("the values form is used exactly when it is lossless", () => {
     const f64 = new Uint8Array(new Uint32Array([0, 0xfff80000]).buffer);
     const bool = Uint8Array.of(0, 1, 2);
     const fine = new Uint8Array(new Uint32Array([0x7fc00000, 0xff800000]).buffer);
-    const { warnings, back } = await roundTrip([tensor("a", "F32", [2], f32), tensor("b", "F64", [1], f64), tensor("c", "BOOL", [3], bool), tensor("d", "F32", [2], fine)]);
+    const { warnings, back } = await roundTrip([
+      tensor("a", "F32", [2], f32),
+      tensor("b", "F64", [1], f64),
+      tensor("c", "BOOL", [3], bool),
+      tensor("d", "F32", [2], fine),
+    ]);
     expect(back.map((t) => t.encoding)).toEqual(["base64", "base64", "base64", "values"]);
     expect(warnings).toEqual([
       expect.stringContaining('tensor "a": written as data_base64'),
@@ -149,7 +176,10 @@ describe("the values form is used exactly when it is lossless", () => {
   it("F4 and F6 are always base64, silently (they have no values form)", async () => {
     const { warnings, back } = await roundTrip([tensor("p", "F4", [2, 2], Uint8Array.of(0x12, 0xef)), tensor("q", "F6_E2M3", [4], Uint8Array.of(1, 2, 3))]);
     expect(warnings).toEqual([]);
-    expect(back.map((t) => [t.encoding, ...t.bytes])).toEqual([["base64", 0x12, 0xef], ["base64", 1, 2, 3]]);
+    expect(back.map((t) => [t.encoding, ...t.bytes])).toEqual([
+      ["base64", 0x12, 0xef],
+      ["base64", 1, 2, 3],
+    ]);
   });
 
   it("the base64 option writes every dtype as base64, bit-exact", async () => {
@@ -170,8 +200,14 @@ describe("reading in any window and chunk size", () => {
     const values = (await toJson(file)).json;
     const base64 = (await toJson(file, { base64: true })).json;
     // Escapes in a base64 string, as PHP writes them.
-    const escaped = new TextEncoder().encode(new TextDecoder().decode(base64).replaceAll("/", "\\/").replace(/"data_base64": "A/, '"data_base64": "\\u0041'));
-    const bytesOf = async (json: Uint8Array, windowSize?: number) => (await readAll(json, { windowSize })).tensors.map((t) => [t.name, t.dtype, t.shape, t.bytes]);
+    const escaped = new TextEncoder().encode(
+      new TextDecoder()
+        .decode(base64)
+        .replaceAll("/", "\\/")
+        .replace(/"data_base64": "A/, '"data_base64": "\\u0041'),
+    );
+    const bytesOf = async (json: Uint8Array, windowSize?: number) =>
+      (await readAll(json, { windowSize })).tensors.map((t) => [t.name, t.dtype, t.shape, t.bytes]);
     const expected = await readAll(values);
     const expectedBytes = await bytesOf(values);
     for (const json of [values, base64, escaped]) {
@@ -201,6 +237,8 @@ describe("reading in any window and chunk size", () => {
       },
     }));
     expect(Buffer.from((await toJson({ metadata: null, tensors: split })).json).equals(reference)).toBe(true);
-    expect(Buffer.from((await toJson({ metadata: null, tensors: split }, { base64: true })).json).equals((await toJson(file, { base64: true })).json)).toBe(true);
+    expect(Buffer.from((await toJson({ metadata: null, tensors: split }, { base64: true })).json).equals((await toJson(file, { base64: true })).json)).toBe(
+      true,
+    );
   });
 });

@@ -5,8 +5,30 @@
 type Schema = boolean | { [keyword: string]: unknown };
 
 const KNOWN = new Set([
-  "$schema", "$id", "title", "description", "$defs", "$ref", "type", "enum", "const", "properties", "additionalProperties",
-  "required", "items", "minItems", "maxItems", "minimum", "maximum", "pattern", "anyOf", "oneOf", "allOf", "if", "then", "contentEncoding",
+  "$schema",
+  "$id",
+  "title",
+  "description",
+  "$defs",
+  "$ref",
+  "type",
+  "enum",
+  "const",
+  "properties",
+  "additionalProperties",
+  "required",
+  "items",
+  "minItems",
+  "maxItems",
+  "minimum",
+  "maximum",
+  "pattern",
+  "anyOf",
+  "oneOf",
+  "allOf",
+  "if",
+  "then",
+  "contentEncoding",
 ]);
 
 function typeOf(value: unknown): string {
@@ -18,7 +40,7 @@ function typeOf(value: unknown): string {
 export function validate(root: Schema, value: unknown): boolean {
   const resolve = (ref: string): Schema => {
     const name = /^#\/\$defs\/(.+)$/.exec(ref)?.[1];
-    const found = name === undefined ? undefined : ((root as Record<string, Record<string, Schema>>).$defs ?? {})[name];
+    const found = name === undefined ? undefined : (root as Record<string, Record<string, Schema>>).$defs?.[name];
     if (found === undefined) throw new Error(`unresolved ${ref}`);
     return found;
   };
@@ -26,6 +48,7 @@ export function validate(root: Schema, value: unknown): boolean {
     if (schema === true) return true;
     if (schema === false) return false;
     for (const keyword of Object.keys(schema)) if (!KNOWN.has(keyword)) throw new Error(`validator does not know ${keyword}`);
+    // biome-ignore lint/suspicious/noExplicitAny: a JSON Schema node is any JSON value
     const s = schema as Record<string, any>;
     if (s.$ref !== undefined && !check(resolve(s.$ref), v)) return false;
     if (s.type !== undefined) {

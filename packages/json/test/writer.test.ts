@@ -34,8 +34,13 @@ describe("the document", () => {
   });
 
   it("writes data_base64 as standard padded base64 of the little-endian bytes", async () => {
-    const { json } = await toJson({ metadata: null, tensors: [tensor("a", "U8", [4], Uint8Array.of(0, 1, 2, 255)), tensor("b", "U16", [1], Uint8Array.of(1, 0))] }, { base64: true });
-    expect(text(json)).toBe('{\n  "a": {"dtype": "U8", "shape": [4], "data_base64": "AAEC/w=="},\n  "b": {"dtype": "U16", "shape": [1], "data_base64": "AQA="}\n}\n');
+    const { json } = await toJson(
+      { metadata: null, tensors: [tensor("a", "U8", [4], Uint8Array.of(0, 1, 2, 255)), tensor("b", "U16", [1], Uint8Array.of(1, 0))] },
+      { base64: true },
+    );
+    expect(text(json)).toBe(
+      '{\n  "a": {"dtype": "U8", "shape": [4], "data_base64": "AAEC/w=="},\n  "b": {"dtype": "U16", "shape": [1], "data_base64": "AQA="}\n}\n',
+    );
   });
 
   it("escapes names and metadata as JSON.stringify does, non-ASCII as UTF-8", async () => {
@@ -46,9 +51,14 @@ describe("the document", () => {
   it("writes an empty document, metadata alone, and empty tensors", async () => {
     expect(text((await toJson({ metadata: null, tensors: [] })).json)).toBe("{}\n");
     expect(text((await toJson({ metadata: createMetadata(), tensors: [] })).json)).toBe('{\n  "__metadata__": {}\n}\n');
-    const { json } = await toJson({ metadata: null, tensors: [tensor("e", "F32", [2, 0], new Uint8Array(0)), tensor("f", "F32", [0], new Uint8Array(0))] }, { base64: false });
+    const { json } = await toJson(
+      { metadata: null, tensors: [tensor("e", "F32", [2, 0], new Uint8Array(0)), tensor("f", "F32", [0], new Uint8Array(0))] },
+      { base64: false },
+    );
     expect(text(json)).toBe('{\n  "e": {"dtype": "F32", "shape": [2, 0], "data": []},\n  "f": {"dtype": "F32", "shape": [0], "data": []}\n}\n');
-    expect(text((await toJson({ metadata: null, tensors: [tensor("e", "U8", [0], new Uint8Array(0))] }, { base64: true })).json)).toContain('"data_base64": ""');
+    expect(text((await toJson({ metadata: null, tensors: [tensor("e", "U8", [0], new Uint8Array(0))] }, { base64: true })).json)).toContain(
+      '"data_base64": ""',
+    );
   });
 });
 
@@ -142,7 +152,15 @@ describe("chunks that are Node Buffers at odd offsets", () => {
 describe("a tensor whose declared byte length disagrees with its dtype and shape", () => {
   it("is refused, not written as values the reader would refuse", async () => {
     // Found in review: F32 [1] declaring 8 bytes was written as "data": [0, 0].
-    const liar: TensorEntry = { name: "w", dtype: "F32", shape: [1], byteLength: 8, chunks: async function* () { yield new Uint8Array(8); } };
+    const liar: TensorEntry = {
+      name: "w",
+      dtype: "F32",
+      shape: [1],
+      byteLength: 8,
+      chunks: async function* () {
+        yield new Uint8Array(8);
+      },
+    };
     for (const base64 of [false, true]) {
       await expect(serializeTensorJson({ metadata: null, tensors: [liar] }, { base64 })).rejects.toMatchObject({ code: "ByteLengthMismatch", tensor: "w" });
     }

@@ -71,7 +71,8 @@ async function importNodeZlib(): Promise<typeof NodeZlib | undefined> {
 
 function makeNodeCodec(zlib: typeof NodeZlib): Codec {
   // zlib's crc32 returns 0, not `previous`, for an empty buffer without a backing store.
-  const crc32 = typeof zlib.crc32 === "function" ? (data: Uint8Array, previous = 0) => (data.byteLength === 0 ? previous : zlib.crc32(data, previous)) : tableCrc32;
+  const crc32 =
+    typeof zlib.crc32 === "function" ? (data: Uint8Array, previous = 0) => (data.byteLength === 0 ? previous : zlib.crc32(data, previous)) : tableCrc32;
   return {
     name: "node:zlib",
     crc32,
@@ -194,7 +195,16 @@ function crcTables(): Uint32Array[] {
 
 /** CRC-32 in plain JavaScript (slicing by 8), for runtimes without `zlib.crc32`. */
 export function tableCrc32(data: Uint8Array, previous = 0): number {
-  const [t0, t1, t2, t3, t4, t5, t6, t7] = crcTables() as [Uint32Array, Uint32Array, Uint32Array, Uint32Array, Uint32Array, Uint32Array, Uint32Array, Uint32Array];
+  const [t0, t1, t2, t3, t4, t5, t6, t7] = crcTables() as [
+    Uint32Array,
+    Uint32Array,
+    Uint32Array,
+    Uint32Array,
+    Uint32Array,
+    Uint32Array,
+    Uint32Array,
+    Uint32Array,
+  ];
   let crc = ~previous >>> 0;
   let i = 0;
   const n = data.byteLength;

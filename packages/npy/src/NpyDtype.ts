@@ -71,7 +71,20 @@ const UNSUPPORTED_CODES: Readonly<Record<string, string>> = {
   V: "void",
 };
 
-const UNSUPPORTED_NAMES = new Set(["complex128", "complex256", "clongdouble", "float128", "longdouble", "float96", "object", "str", "bytes", "datetime64", "timedelta64", "void"]);
+const UNSUPPORTED_NAMES = new Set([
+  "complex128",
+  "complex256",
+  "clongdouble",
+  "float128",
+  "longdouble",
+  "float96",
+  "object",
+  "str",
+  "bytes",
+  "datetime64",
+  "timedelta64",
+  "void",
+]);
 
 function unsupported(what: string, descr: string): never {
   throw new StConvertError("UnsupportedDtype", `dtype ${quoteDescr(descr)} (${what}) has no safetensors equivalent`);
@@ -186,19 +199,31 @@ export function parseDtypeDeclarations(values: readonly string[]): DtypeDeclarat
     const size = Number(digits);
     const dtype = isDtype(name.toUpperCase()) ? (name.toUpperCase() as Dtype) : dtypeFromNumpyName(name.toLowerCase())?.code;
     if (dtype === undefined) {
-      throw new StConvertError("InvalidArgument", `dtype declaration ${JSON.stringify(value)}: unknown dtype ${JSON.stringify(name)}; expected one of ${DTYPES.map((d) => d.code).join(", ")}`);
+      throw new StConvertError(
+        "InvalidArgument",
+        `dtype declaration ${JSON.stringify(value)}: unknown dtype ${JSON.stringify(name)}; expected one of ${DTYPES.map((d) => d.code).join(", ")}`,
+      );
     }
     const bits = dtypeInfo(dtype).bits;
     if (bits < 8) {
-      throw new StConvertError("InvalidArgument", `dtype declaration ${JSON.stringify(value)}: ${dtype} packs ${bits}-bit values in safetensors, while a numpy void holds whole bytes`);
+      throw new StConvertError(
+        "InvalidArgument",
+        `dtype declaration ${JSON.stringify(value)}: ${dtype} packs ${bits}-bit values in safetensors, while a numpy void holds whole bytes`,
+      );
     }
     if (bits !== size * 8) {
-      throw new StConvertError("InvalidArgument", `dtype declaration ${JSON.stringify(value)}: ${dtype} has ${bits / 8} bytes per element, V${size} has ${size}`);
+      throw new StConvertError(
+        "InvalidArgument",
+        `dtype declaration ${JSON.stringify(value)}: ${dtype} has ${bits / 8} bytes per element, V${size} has ${size}`,
+      );
     }
     const target = tensor === undefined ? all : (byTensor.get(tensor) ?? byTensor.set(tensor, new Map()).get(tensor)!);
     const previous = target.get(size);
     if (previous !== undefined && previous !== dtype) {
-      throw new StConvertError("InvalidArgument", `dtype declarations disagree: V${size} is declared both ${previous} and ${dtype}${tensor === undefined ? "" : ` for ${JSON.stringify(tensor)}`}`);
+      throw new StConvertError(
+        "InvalidArgument",
+        `dtype declarations disagree: V${size} is declared both ${previous} and ${dtype}${tensor === undefined ? "" : ` for ${JSON.stringify(tensor)}`}`,
+      );
     }
     target.set(size, dtype);
   }
@@ -215,13 +240,7 @@ function candidates(size: number): Dtype[] {
  * archive comment), else a declaration for every tensor.
  * @throws StConvertError `UndeclaredVoidDtype` saying how to declare it.
  */
-export function resolveVoid(
-  descr: string,
-  itemSize: number,
-  tensor: string,
-  declarations: DtypeDeclarations,
-  recorded: Dtype | undefined,
-): Dtype {
+export function resolveVoid(descr: string, itemSize: number, tensor: string, declarations: DtypeDeclarations, recorded: Dtype | undefined): Dtype {
   const declared = declarations.byTensor.get(tensor)?.get(itemSize) ?? recorded ?? declarations.all.get(itemSize);
   if (declared !== undefined) return declared;
   const options = candidates(itemSize);

@@ -87,7 +87,10 @@ export function parseNpyHeader(text: string, version: NpyVersion = [1, 0], optio
   if (otherKeys || fields.size !== expected.length || !expected.every((k) => fields.has(k))) {
     const found = [...fields.keys()].sort().map((k) => JSON.stringify(k));
     if (otherKeys) found.push("(keys that are not strings)");
-    throw new StConvertError("InvalidHeaderKeys", `header does not contain the correct keys: expected descr, fortran_order, shape; found ${found.join(", ") || "none"}`);
+    throw new StConvertError(
+      "InvalidHeaderKeys",
+      `header does not contain the correct keys: expected descr, fortran_order, shape; found ${found.join(", ") || "none"}`,
+    );
   }
 
   const shapeValue = fields.get("shape")!;
@@ -154,12 +157,18 @@ export async function readNpyHeader(head: (length: number) => Promise<Uint8Array
   // latin1 is one byte per character; UTF-8 at most four.
   const maxBytes = major === 3 ? 4 * maxHeaderSize : maxHeaderSize;
   if (headerLength > maxBytes) {
-    throw new StConvertError("HeaderTooLarge", `header is ${headerLength} bytes long, more than the limit of ${maxHeaderSize} characters (numpy's max_header_size)`);
+    throw new StConvertError(
+      "HeaderTooLarge",
+      `header is ${headerLength} bytes long, more than the limit of ${maxHeaderSize} characters (numpy's max_header_size)`,
+    );
   }
   const dataOffset = 8 + fieldSize + headerLength;
   const bytes = await head(dataOffset);
   if (bytes.byteLength < dataOffset) {
-    throw new StConvertError("UnexpectedEof", `EOF reading the array header: expected ${headerLength} bytes, got ${Math.max(0, bytes.byteLength - 8 - fieldSize)}`);
+    throw new StConvertError(
+      "UnexpectedEof",
+      `EOF reading the array header: expected ${headerLength} bytes, got ${Math.max(0, bytes.byteLength - 8 - fieldSize)}`,
+    );
   }
   const raw = bytes.subarray(8 + fieldSize, dataOffset);
   let text: string;
@@ -259,7 +268,10 @@ export interface EncodeNpyHeaderOptions {
  * @throws StConvertError `InvalidArgument` for a descr that is not printable ASCII (dtype strings
  *   always are), a negative or non-integer dimension, or a header too long for the version asked.
  */
-export function encodeNpyHeader(header: { descr: string; fortranOrder?: boolean; shape: readonly (number | bigint)[] }, options: EncodeNpyHeaderOptions = {}): Uint8Array {
+export function encodeNpyHeader(
+  header: { descr: string; fortranOrder?: boolean; shape: readonly (number | bigint)[] },
+  options: EncodeNpyHeaderOptions = {},
+): Uint8Array {
   const fortranOrder = header.fortranOrder ?? false;
   if (!/^[\x20-\x7e]*$/.test(header.descr)) {
     throw new StConvertError("InvalidArgument", `descr ${JSON.stringify(header.descr)} is not printable ASCII`);

@@ -219,8 +219,7 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-const CP437_HIGH =
-  "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ¢£¥₧ƒáíóúñÑªº¿⌐¬½¼¡«»░▒▓│┤╡╢╖╕╣║╗╝╜╛┐└┴┬├─┼╞╟╚╔╩╦╠═╬╧╨╤╥╙╘╒╓╫╪┘┌█▄▌▐▀αßΓπΣσµτΦΘΩδ∞φε∩≡±≥≤⌠⌡÷≈°∙·√ⁿ²■\u00a0";
+const CP437_HIGH = "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ¢£¥₧ƒáíóúñÑªº¿⌐¬½¼¡«»░▒▓│┤╡╢╖╕╣║╗╝╜╛┐└┴┬├─┼╞╟╚╔╩╦╠═╬╧╨╤╥╙╘╒╓╫╪┘┌█▄▌▐▀αßΓπΣσµτΦΘΩδ∞φε∩≡±≥≤⌠⌡÷≈°∙·√ⁿ²■\u00a0";
 
 /** A member name as zipfile decodes it: UTF-8 with flag 11 set, else code page 437. */
 function decodeName(bytes: Uint8Array, flags: number): string {
@@ -251,7 +250,10 @@ export async function locateMembers(source: ByteSource, directory: ZipDirectory,
   for (const m of byOffset) {
     if (m.dataOffset + m.compressedSize > end) {
       const other = end === directory.directoryOffset ? "the central directory" : "the next member";
-      throw new StConvertError("OverlappingMembers", `member ${JSON.stringify(m.name)}: its ${m.compressedSize} bytes of data at offset ${m.dataOffset} run into ${other} at ${end} (overlapping entries: a possible zip bomb)`);
+      throw new StConvertError(
+        "OverlappingMembers",
+        `member ${JSON.stringify(m.name)}: its ${m.compressedSize} bytes of data at offset ${m.dataOffset} run into ${other} at ${end} (overlapping entries: a possible zip bomb)`,
+      );
     }
     end = m.headerOffset;
   }
@@ -261,7 +263,8 @@ export async function locateMembers(source: ByteSource, directory: ZipDirectory,
 
 async function locate(source: ByteSource, entry: ZipEntry): Promise<ZipMember> {
   const where = `member ${JSON.stringify(entry.name)}`;
-  if (entry.headerOffset + LOCAL_SIZE > source.size) bad(`${where}: local header at offset ${entry.headerOffset} is past the end of the ${source.size}-byte archive`);
+  if (entry.headerOffset + LOCAL_SIZE > source.size)
+    bad(`${where}: local header at offset ${entry.headerOffset} is past the end of the ${source.size}-byte archive`);
   const header = await source.read(entry.headerOffset, LOCAL_SIZE);
   const hv = view(header);
   if (hv.getUint32(0, true) !== SIG_LOCAL) bad(`${where}: Bad magic number for file header`);
@@ -281,7 +284,10 @@ function checkMember(m: ZipMember, maxMemberSize: number): void {
   if ((m.flags & FLAG_PATCHED) !== 0) throw new StConvertError("Unsupported", `${where} holds compressed patched data (flag bit 5)`);
   if (m.method !== 0 && m.method !== 8) {
     const known: Record<number, string> = { 9: "deflate64", 12: "bzip2", 14: "lzma", 93: "zstandard", 95: "xz" };
-    throw new StConvertError("Unsupported", `${where} uses compression method ${m.method}${known[m.method] === undefined ? "" : ` (${known[m.method]})`}; numpy writes only stored and deflated members`);
+    throw new StConvertError(
+      "Unsupported",
+      `${where} uses compression method ${m.method}${known[m.method] === undefined ? "" : ` (${known[m.method]})`}; numpy writes only stored and deflated members`,
+    );
   }
   if (m.method === 0 && m.compressedSize !== m.size) {
     throw new StConvertError("MemberSizeMismatch", `${where} is stored but declares ${m.compressedSize} stored bytes and ${m.size} uncompressed`);
@@ -306,7 +312,10 @@ export function memberPayload(source: ByteSource, member: ZipMember, codec: Code
 
 function crcError(member: ZipMember, actual: number): StConvertError {
   const hex = (n: number) => n.toString(16).padStart(8, "0");
-  return new StConvertError("BadCrc", `Bad CRC-32 for member ${JSON.stringify(member.name)}: the archive records ${hex(member.crc32)}, its bytes have ${hex(actual)}`);
+  return new StConvertError(
+    "BadCrc",
+    `Bad CRC-32 for member ${JSON.stringify(member.name)}: the archive records ${hex(member.crc32)}, its bytes have ${hex(actual)}`,
+  );
 }
 
 function checkRangeOf(member: ZipMember, offset: number, length: number): void {
@@ -361,7 +370,9 @@ function deflatedPayload(source: ByteSource, member: ZipMember, codec: Codec): P
   async function* inflate(inputChunk: number, outputChunk: number, check: boolean): AsyncGenerator<Uint8Array> {
     let produced = 0;
     let crc = 0;
-    for await (const chunk of codec.inflateRaw(readRange(source, member.dataOffset, member.compressedSize, { chunkSize: inputChunk }), { chunkSize: outputChunk })) {
+    for await (const chunk of codec.inflateRaw(readRange(source, member.dataOffset, member.compressedSize, { chunkSize: inputChunk }), {
+      chunkSize: outputChunk,
+    })) {
       produced += chunk.byteLength;
       if (produced > member.size) {
         throw new StConvertError("MemberSizeMismatch", `${where} inflates past the ${member.size} bytes it declares (a possible zip bomb)`);
@@ -531,7 +542,10 @@ export class ZipWriter {
       await this.#put(chunk);
     }
     if (written !== size || crc !== crc32) {
-      throw new StConvertError("ByteLengthMismatch", `member ${JSON.stringify(name)}: its bytes changed between the pass that measured them and the pass that wrote them`);
+      throw new StConvertError(
+        "ByteLengthMismatch",
+        `member ${JSON.stringify(name)}: its bytes changed between the pass that measured them and the pass that wrote them`,
+      );
     }
     this.#entries.push({ name: bytes, flags, method: 0, crc32, compressedSize: size, size, headerOffset: offset });
   }

@@ -99,7 +99,12 @@ export async function* fortranToC(reader: RangeReader, shape: readonly number[],
       staged ??= new Uint8Array(maxBytes);
       spare ??= new Uint8Array(maxBytes);
       const box = staged.subarray(0, bytes);
-      await gather(reader, { start: base + a * f[p]!, runs: rowSize[p]!, runStride: p + 1 < n ? f[p + 1]! : 0, runLength: count, elemStride: f[p]! }, itemSize, box);
+      await gather(
+        reader,
+        { start: base + a * f[p]!, runs: rowSize[p]!, runStride: p + 1 < n ? f[p + 1]! : 0, runLength: count, elemStride: f[p]! },
+        itemSize,
+        box,
+      );
       const storedShape = [...dims.slice(p + 1).reverse(), count];
       const result = reverseAxes(box, spare.subarray(0, bytes), storedShape, itemSize);
       // The yielded buffer belongs to the consumer from now on.
@@ -249,8 +254,10 @@ function transpose(src: Uint8Array, dst: Uint8Array, rows: number, cols: number,
   }
   const word = element % 4 === 0 ? 4 : element % 2 === 0 ? 2 : 1;
   const words = element / word;
-  if (word === 4) transposeWords(new Uint32Array(src.buffer, src.byteOffset, bytes / 4), new Uint32Array(dst.buffer, dst.byteOffset, bytes / 4), rows, cols, words);
-  else if (word === 2) transposeWords(new Uint16Array(src.buffer, src.byteOffset, bytes / 2), new Uint16Array(dst.buffer, dst.byteOffset, bytes / 2), rows, cols, words);
+  if (word === 4)
+    transposeWords(new Uint32Array(src.buffer, src.byteOffset, bytes / 4), new Uint32Array(dst.buffer, dst.byteOffset, bytes / 4), rows, cols, words);
+  else if (word === 2)
+    transposeWords(new Uint16Array(src.buffer, src.byteOffset, bytes / 2), new Uint16Array(dst.buffer, dst.byteOffset, bytes / 2), rows, cols, words);
   else transposeWords(src, dst, rows, cols, words);
 }
 

@@ -210,7 +210,14 @@ export async function writeNpz(source: TensorSource, sink: ByteSink, options: Np
   });
   let comment = new Uint8Array(0);
   if (source.metadata !== null || Object.keys(dtypes).length > 0) {
-    const metadata = source.metadata === null ? null : createMetadata(Object.keys(source.metadata).sort(compareCodePoints).map((k) => [k, source.metadata![k]!]));
+    const metadata =
+      source.metadata === null
+        ? null
+        : createMetadata(
+            Object.keys(source.metadata)
+              .sort(compareCodePoints)
+              .map((k) => [k, source.metadata![k]!]),
+          );
     const doc: NpzComment = { format: NPZ_COMMENT_FORMAT, version: 1, metadata, dtypes };
     comment = new TextEncoder().encode(JSON.stringify(doc));
     if (comment.byteLength > 0xffff) {
@@ -246,4 +253,3 @@ async function* withHeader(header: Uint8Array, data: AsyncIterable<Uint8Array>):
   yield header;
   yield* data;
 }
-

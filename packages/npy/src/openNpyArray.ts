@@ -66,7 +66,10 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
     swapUnit = parsed.swapUnit === -1 && unit > 1 ? unit : 1;
   } else {
     if (options.recorded !== undefined && options.recorded !== parsed.dtype) {
-      throw new StConvertError("InvalidMetadata", `the archive comment records ${options.recorded}, but the array's dtype is '${header.descr}' (${parsed.dtype})`);
+      throw new StConvertError(
+        "InvalidMetadata",
+        `the archive comment records ${options.recorded}, but the array's dtype is '${header.descr}' (${parsed.dtype})`,
+      );
     }
     dtype = parsed.dtype;
     swapUnit = parsed.swapUnit;
@@ -181,7 +184,8 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
     shape,
     byteLength,
     async *chunks({ chunkSize = DEFAULT_CHUNK_SIZE, reuse = false } = {}) {
-      if (!Number.isSafeInteger(chunkSize) || chunkSize < 1) throw new StConvertError("InvalidArgument", `chunkSize must be a positive integer, got ${chunkSize}`);
+      if (!Number.isSafeInteger(chunkSize) || chunkSize < 1)
+        throw new StConvertError("InvalidArgument", `chunkSize must be a positive integer, got ${chunkSize}`);
       // Whole elements per chunk, so that a byte swap never straddles two chunks.
       const block = chunkSize >= itemSize ? chunkSize - (chunkSize % itemSize) : itemSize;
       try {

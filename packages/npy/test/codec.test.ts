@@ -36,10 +36,15 @@ describe("codec", () => {
 
   it("the table CRC-32 equals zlib's, at any length and alignment", () => {
     fc.assert(
-      fc.property(fc.uint8Array({ minLength: 1, maxLength: 300 }), fc.integer({ min: 0, max: 7 }), fc.integer({ min: 0, max: 0xffffffff }), (data, skip, seed) => {
-        const view = data.subarray(Math.min(skip, data.byteLength - 1));
-        expect(tableCrc32(view, seed)).toBe(crc32(view, seed));
-      }),
+      fc.property(
+        fc.uint8Array({ minLength: 1, maxLength: 300 }),
+        fc.integer({ min: 0, max: 7 }),
+        fc.integer({ min: 0, max: 0xffffffff }),
+        (data, skip, seed) => {
+          const view = data.subarray(Math.min(skip, data.byteLength - 1));
+          expect(tableCrc32(view, seed)).toBe(crc32(view, seed));
+        },
+      ),
     );
     const big = sample(1 << 20);
     // An empty chunk continues the CRC (zlib itself returns 0 for an empty buffer with no backing store).

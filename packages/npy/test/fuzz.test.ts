@@ -13,7 +13,8 @@ import { errorCode, fixturePath, fuzzReader, fuzzRuns, fuzzSeed, fuzzTimeout } f
 /** Reads a file completely: the header, then every tensor's bytes in small chunks. */
 async function readAll(bytes: Uint8Array, kind: "npy" | "npz", codec?: "fflate"): Promise<void> {
   const source = bytesSource(bytes, `fuzz.${kind}`);
-  const file: TensorSource = kind === "npy" ? await readNpy(source, { dtypes: ["V2=BF16"] }) : await readNpz(source, { dtypes: ["V2=BF16"], codec, fortranSlabSize: 64 });
+  const file: TensorSource =
+    kind === "npy" ? await readNpy(source, { dtypes: ["V2=BF16"] }) : await readNpz(source, { dtypes: ["V2=BF16"], codec, fortranSlabSize: 64 });
   for (const t of file.tensors) for await (const _ of t.chunks({ chunkSize: 64 })) void _;
 }
 
@@ -57,17 +58,21 @@ describe("the shared harness", () => {
 });
 
 describe("fuzz", () => {
-  it.each(seeds)("mutations of %s give tensors or an StConvertError", async (name, kind) => {
-    const bytes = readFileSync(fixturePath("npy", name));
-    await fc.assert(
-      fc.asyncProperty(mutation(bytes.byteLength), fc.boolean(), async (edits, fflate) => {
-        const result = await outcome(apply(bytes, edits), kind, fflate ? "fflate" : undefined);
-        expect(typeof result).toBe("string");
-      }),
-      // Scales with FUZZ_RUNS (150 in CI: 250 runs per seed file), seeded so that a failure reproduces.
-      { numRuns: Math.ceil((fuzzRuns() * 5) / 3), seed: fuzzSeed() },
-    );
-  }, fuzzTimeout());
+  it.each(seeds)(
+    "mutations of %s give tensors or an StConvertError",
+    async (name, kind) => {
+      const bytes = readFileSync(fixturePath("npy", name));
+      await fc.assert(
+        fc.asyncProperty(mutation(bytes.byteLength), fc.boolean(), async (edits, fflate) => {
+          const result = await outcome(apply(bytes, edits), kind, fflate ? "fflate" : undefined);
+          expect(typeof result).toBe("string");
+        }),
+        // Scales with FUZZ_RUNS (150 in CI: 250 runs per seed file), seeded so that a failure reproduces.
+        { numRuns: Math.ceil((fuzzRuns() * 5) / 3), seed: fuzzSeed() },
+      );
+    },
+    fuzzTimeout(),
+  );
 
   it("every truncation of a small archive is refused cleanly", async () => {
     const bytes = readFileSync(fixturePath("npy", "npz_compressed.npz"));
@@ -77,14 +82,18 @@ describe("fuzz", () => {
     expect([...codes].every((c) => typeof c === "string")).toBe(true);
   });
 
-  it("random bytes, with and without the magic strings, give an StConvertError", async () => {
-    await fc.assert(
-      fc.asyncProperty(fc.uint8Array({ maxLength: 400 }), fc.constantFrom("", "\x93NUMPY\x01\x00", "PK\x03\x04", "PK\x05\x06"), async (tail, prefix) => {
-        const bytes = Uint8Array.from([...Buffer.from(prefix, "latin1"), ...tail]);
-        expect(typeof (await outcome(bytes, "npy"))).toBe("string");
-        expect(typeof (await outcome(bytes, "npz"))).toBe("string");
-      }),
-      { numRuns: Math.ceil((fuzzRuns() * 10) / 3), seed: fuzzSeed() },
-    );
-  }, fuzzTimeout());
+  it(
+    "random bytes, with and without the magic strings, give an StConvertError",
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(fc.uint8Array({ maxLength: 400 }), fc.constantFrom("", "\x93NUMPY\x01\x00", "PK\x03\x04", "PK\x05\x06"), async (tail, prefix) => {
+          const bytes = Uint8Array.from([...Buffer.from(prefix, "latin1"), ...tail]);
+          expect(typeof (await outcome(bytes, "npy"))).toBe("string");
+          expect(typeof (await outcome(bytes, "npz"))).toBe("string");
+        }),
+        { numRuns: Math.ceil((fuzzRuns() * 10) / 3), seed: fuzzSeed() },
+      );
+    },
+    fuzzTimeout(),
+  );
 });

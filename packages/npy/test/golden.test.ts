@@ -44,7 +44,12 @@ const VARIANTS: Record<string, Variant> = {
   "file source, scratch files, 333-byte chunks, 64-byte slabs": { file: true, scratch: true, chunkSize: 333, fortranSlabSize: 64 },
 };
 
-async function open(name: string, variant: Variant, dtypes: string[] = [], warnings: string[] = []): Promise<{ read: TensorSource; source: ByteSource & { close?: () => Promise<void> } }> {
+async function open(
+  name: string,
+  variant: Variant,
+  dtypes: string[] = [],
+  warnings: string[] = [],
+): Promise<{ read: TensorSource; source: ByteSource & { close?: () => Promise<void> } }> {
   const path = fixturePath("npy", name);
   const source = variant.file === true ? await openFileSource(path) : bytesSource(readFileSync(path), name);
   const options = {

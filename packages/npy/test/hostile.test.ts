@@ -26,7 +26,12 @@ async function attempt(bytes: Uint8Array, kind: "npy" | "npz", options: Record<s
   }
 }
 
-async function refused(bytes: Uint8Array, kind: "npy" | "npz", code: string, options: Record<string, unknown> = {}): Promise<Error & { code: string; file?: string; tensor?: string }> {
+async function refused(
+  bytes: Uint8Array,
+  kind: "npy" | "npz",
+  code: string,
+  options: Record<string, unknown> = {},
+): Promise<Error & { code: string; file?: string; tensor?: string }> {
   const started = performance.now();
   const error = await attempt(bytes, kind, options);
   expect(performance.now() - started, "refused in bounded time").toBeLessThan(2000);
@@ -45,7 +50,11 @@ describe("hostile npy", () => {
   });
 
   it("never runs the code in a header", async () => {
-    await refused(npyFile(header("'descr': __import__('os').system('touch /tmp/st-convert-pwned'), 'fortran_order': False, 'shape': (2, 3)"), 24), "npy", "InvalidHeader");
+    await refused(
+      npyFile(header("'descr': __import__('os').system('touch /tmp/st-convert-pwned'), 'fortran_order': False, 'shape': (2, 3)"), 24),
+      "npy",
+      "InvalidHeader",
+    );
     expect(existsSync("/tmp/st-convert-pwned")).toBe(false);
   });
 
@@ -59,33 +68,53 @@ const npy = smallNpy();
 const member = (over: Partial<Parameters<typeof zipOf>[0][number]> = {}) => ({ name: "a.npy", content: npy, ...over });
 
 const hostileNpz: [string, Uint8Array, string][] = [
-    ["a file too short to be a zip", new Uint8Array(10), "BadZipFile"],
-    ["random bytes", Uint8Array.from({ length: 5000 }, (_, i) => (i * 7919) % 251), "BadZipFile"],
-    ["an archive cut in its central directory", zipOf([member()], { truncateTo: npy.byteLength + 60 }), "BadZipFile"],
-    ["an archive cut in the middle of a member", zipOf([member()]).subarray(0, 80), "BadZipFile"],
-    ["a central directory entry pointing past the end", zipOf([member({ headerOffset: 1_000_000 })]), "BadZipFile"],
-    ["a central directory entry pointing at a zip64 offset of 2^52", zipOf([member({ headerOffset: 2 ** 52 })]), "BadZipFile"],
-    ["a central directory entry pointing into the data", zipOf([member({ headerOffset: 40 })]), "BadZipFile"],
-    ["names that differ between the directory and the local header", zipOf([member({ localName: "b.npy" })]), "BadZipFile"],
-    ["a truncated zip64 extra field", zipOf([member({ size: 0xffffffff, extra: Uint8Array.of(1, 0, 4, 0, 0, 0, 0, 0) })]), "BadZipFile"],
-    ["an extra field longer than its entry", zipOf([member({ extra: Uint8Array.of(9, 9, 200, 0) })]), "BadZipFile"],
-    ["two entries sharing one local header (overlap)", zipOf([member(), member({ name: "b.npy", localName: "b.npy", headerOffset: 0 })]), "BadZipFile"],
-    ["a member whose data runs into the next (overlap)", zipOf([member({ compressedSize: npy.byteLength + 40, size: npy.byteLength + 40 }), member({ name: "b.npy" })]), "OverlappingMembers"],
-    ["a stored member declaring a terabyte", zipOf([member({ size: 2 ** 40, compressedSize: 2 ** 40 })]), "OverlappingMembers"],
-    ["a deflated member declaring a terabyte", zipOf([member({ method: 8, size: 2 ** 40 })]), "BadZipFile"],
-    ["a deflated member declaring 64 GiB from 1 MiB (past the 1 TiB limit when allowed)", zipOf([member({ method: 8, size: 2 ** 36 })]), "BadZipFile"],
-    ["a stored member whose sizes differ", zipOf([member({ size: npy.byteLength - 4 })]), "MemberSizeMismatch"],
-    ["a flipped byte in stored data (bad CRC)", zipOf([member({ crc: crc32(npy) ^ 1 })]), "BadCrc"],
-    ["a flipped byte in deflated data's CRC", zipOf([member({ method: 8, crc: crc32(npy) ^ 0x80000000 })]), "BadCrc"],
-    ["a deflated member that inflates past its declared size", zipOf([member({ method: 8, content: Buffer.concat([npy, new Uint8Array(100_000)]), size: npy.byteLength })]), "MemberSizeMismatch"],
-    ["a deflated member shorter than declared", zipOf([member({ method: 8, size: npy.byteLength + 10, crc: crc32(Buffer.concat([npy, new Uint8Array(10)])) })]), "MemberSizeMismatch"],
-    ["an encrypted member", zipOf([member({ flags: 1 })]), "Unsupported"],
-    ["a bzip2 member", zipOf([member({ method: 12 })]), "Unsupported"],
-    ["a member name flagged UTF-8 that is not", zipOf([member({ name: "a\xff.npy", flags: 0x800 })]).map((b, i, a) => (i === a.length - 22 - 6 + 1 ? 0xff : b)), "BadZipFile"],
-    ["two members with the same tensor name", zipOf([member(), member({ name: "a" })]), "DuplicateKey"],
-    ["a member whose npy is truncated", zipOf([member({ content: npy.subarray(0, npy.byteLength - 3) })]), "UnexpectedEof"],
-    ["a member whose npy header calls code", zipOf([member({ content: npyFile(header("'descr': eval('1'), 'fortran_order': False, 'shape': ()"), 4) })]), "InvalidHeader"],
-  ];
+  ["a file too short to be a zip", new Uint8Array(10), "BadZipFile"],
+  ["random bytes", Uint8Array.from({ length: 5000 }, (_, i) => (i * 7919) % 251), "BadZipFile"],
+  ["an archive cut in its central directory", zipOf([member()], { truncateTo: npy.byteLength + 60 }), "BadZipFile"],
+  ["an archive cut in the middle of a member", zipOf([member()]).subarray(0, 80), "BadZipFile"],
+  ["a central directory entry pointing past the end", zipOf([member({ headerOffset: 1_000_000 })]), "BadZipFile"],
+  ["a central directory entry pointing at a zip64 offset of 2^52", zipOf([member({ headerOffset: 2 ** 52 })]), "BadZipFile"],
+  ["a central directory entry pointing into the data", zipOf([member({ headerOffset: 40 })]), "BadZipFile"],
+  ["names that differ between the directory and the local header", zipOf([member({ localName: "b.npy" })]), "BadZipFile"],
+  ["a truncated zip64 extra field", zipOf([member({ size: 0xffffffff, extra: Uint8Array.of(1, 0, 4, 0, 0, 0, 0, 0) })]), "BadZipFile"],
+  ["an extra field longer than its entry", zipOf([member({ extra: Uint8Array.of(9, 9, 200, 0) })]), "BadZipFile"],
+  ["two entries sharing one local header (overlap)", zipOf([member(), member({ name: "b.npy", localName: "b.npy", headerOffset: 0 })]), "BadZipFile"],
+  [
+    "a member whose data runs into the next (overlap)",
+    zipOf([member({ compressedSize: npy.byteLength + 40, size: npy.byteLength + 40 }), member({ name: "b.npy" })]),
+    "OverlappingMembers",
+  ],
+  ["a stored member declaring a terabyte", zipOf([member({ size: 2 ** 40, compressedSize: 2 ** 40 })]), "OverlappingMembers"],
+  ["a deflated member declaring a terabyte", zipOf([member({ method: 8, size: 2 ** 40 })]), "BadZipFile"],
+  ["a deflated member declaring 64 GiB from 1 MiB (past the 1 TiB limit when allowed)", zipOf([member({ method: 8, size: 2 ** 36 })]), "BadZipFile"],
+  ["a stored member whose sizes differ", zipOf([member({ size: npy.byteLength - 4 })]), "MemberSizeMismatch"],
+  ["a flipped byte in stored data (bad CRC)", zipOf([member({ crc: crc32(npy) ^ 1 })]), "BadCrc"],
+  ["a flipped byte in deflated data's CRC", zipOf([member({ method: 8, crc: crc32(npy) ^ 0x80000000 })]), "BadCrc"],
+  [
+    "a deflated member that inflates past its declared size",
+    zipOf([member({ method: 8, content: Buffer.concat([npy, new Uint8Array(100_000)]), size: npy.byteLength })]),
+    "MemberSizeMismatch",
+  ],
+  [
+    "a deflated member shorter than declared",
+    zipOf([member({ method: 8, size: npy.byteLength + 10, crc: crc32(Buffer.concat([npy, new Uint8Array(10)])) })]),
+    "MemberSizeMismatch",
+  ],
+  ["an encrypted member", zipOf([member({ flags: 1 })]), "Unsupported"],
+  ["a bzip2 member", zipOf([member({ method: 12 })]), "Unsupported"],
+  [
+    "a member name flagged UTF-8 that is not",
+    zipOf([member({ name: "a\xff.npy", flags: 0x800 })]).map((b, i, a) => (i === a.length - 22 - 6 + 1 ? 0xff : b)),
+    "BadZipFile",
+  ],
+  ["two members with the same tensor name", zipOf([member(), member({ name: "a" })]), "DuplicateKey"],
+  ["a member whose npy is truncated", zipOf([member({ content: npy.subarray(0, npy.byteLength - 3) })]), "UnexpectedEof"],
+  [
+    "a member whose npy header calls code",
+    zipOf([member({ content: npyFile(header("'descr': eval('1'), 'fortran_order': False, 'shape': ()"), 4) })]),
+    "InvalidHeader",
+  ],
+];
 
 recordHostileCases("npy", ".npy", hostileNpy);
 recordHostileCases("npz", ".npz", hostileNpz);
@@ -156,7 +185,9 @@ describe("hostile npz", () => {
   it("an archive written by us with a metadata comment that is too large is refused before writing", async () => {
     const big = "x".repeat(70_000);
     const sink = new MemorySink();
-    await expect(writeNpz({ metadata: { big }, tensors: [tensorFromBytes({ name: "a", dtype: "U8", shape: [1] }, Uint8Array.of(1))] }, sink)).rejects.toMatchObject({
+    await expect(
+      writeNpz({ metadata: { big }, tensors: [tensorFromBytes({ name: "a", dtype: "U8", shape: [1] }, Uint8Array.of(1))] }, sink),
+    ).rejects.toMatchObject({
       code: "LimitExceeded",
     });
     expect(sink.length).toBe(0);

@@ -28,7 +28,11 @@ export const hostileNpy: [string, Uint8Array, string][] = [
   ["a header that is a set", npyFile("{'descr', 'shape', 'fortran_order'}"), "InvalidHeader"],
   ["a header with an extra key", npyFile(header(`${ok}, 'extrakey': 1`), 24), "InvalidHeaderKeys"],
   ["a header without fortran_order", npyFile(header("'descr': '<f4', 'shape': (2, 3)"), 24), "InvalidHeaderKeys"],
-  ["a header calling __import__", npyFile(header("'descr': __import__('os').system('touch /tmp/st-convert-pwned'), 'fortran_order': False, 'shape': (2, 3)"), 24), "InvalidHeader"],
+  [
+    "a header calling __import__",
+    npyFile(header("'descr': __import__('os').system('touch /tmp/st-convert-pwned'), 'fortran_order': False, 'shape': (2, 3)"), 24),
+    "InvalidHeader",
+  ],
   ["a header with a lambda", npyFile(header("'descr': (lambda: '<f4')(), 'fortran_order': False, 'shape': (2, 3)"), 24), "InvalidHeader"],
   ["a header with arithmetic", npyFile(header("'descr': '<f4', 'fortran_order': False, 'shape': (2*3,)"), 24), "InvalidHeader"],
   ["a header with a NUL byte", npyFile(header(`${ok}\0`), 24), "InvalidHeader"],

@@ -94,14 +94,21 @@ describeInterop("npy/npz interop with numpy", (python) => {
     runPython(python, "reference_npy.py", ["to_safetensors", join(dir, "jobs.json")]);
     for (const [i, [name, entry]] of files.entries()) {
       const source = readFileSync(fixturePath("npy", name));
-      const read: TensorSource = name.endsWith(".npz") ? await readNpz(source, { dtypes: entry.dtypes }) : await readNpy(source, { name: name.slice(0, -4), dtypes: entry.dtypes });
+      const read: TensorSource = name.endsWith(".npz")
+        ? await readNpz(source, { dtypes: entry.dtypes })
+        : await readNpy(source, { name: name.slice(0, -4), dtypes: entry.dtypes });
       expect(toHex(await serializeSafetensors(read)), name).toBe(toHex(readFileSync(jobs[i]!.out)));
     }
   }, 120_000);
 
   it("np.load(allow_pickle=False) reads our .npz (every mode) and .npy with bit-identical values, and zipfile finds every CRC right", async () => {
     const sources = Object.keys(stManifest).filter((n) => stManifest[n]!.tensors.every((t) => t.dtype !== "F4" && !t.dtype.startsWith("F6_")));
-    const modes: Record<string, NpzWriteOptions> = { stored: {}, "one pass": { crcPrePass: false }, compressed: { compress: true }, fflate: { compress: true, codec: "fflate" } };
+    const modes: Record<string, NpzWriteOptions> = {
+      stored: {},
+      "one pass": { crcPrePass: false },
+      compressed: { compress: true },
+      fflate: { compress: true, codec: "fflate" },
+    };
     const expected: { path: string; source: TensorSource; kind: "npy" | "npz" }[] = [];
     for (const name of sources) {
       const source = await readSafetensors(readFileSync(fixturePath("safetensors", name)));
@@ -162,14 +169,21 @@ describeInterop("npy/npz interop with numpy", (python) => {
       return tensorFromBytes({ name: [`layer.${i}.weight`, `a/b${i}`, `é${i}`, `x${i}.npy`][i % 4]!, dtype, shape }, bytesFor(100 + i, dtype, shape));
     });
     const arrays = await Promise.all(tensors.map(specOf));
-    const paths = { file: join(dir, "savez.npz"), pipe: join(dir, "savez-pipe.npz"), compressed: join(dir, "savez-compressed.npz"), compressedPipe: join(dir, "savez-compressed-pipe.npz") };
+    const paths = {
+      file: join(dir, "savez.npz"),
+      pipe: join(dir, "savez-pipe.npz"),
+      compressed: join(dir, "savez-compressed.npz"),
+      compressedPipe: join(dir, "savez-compressed-pipe.npz"),
+    };
     save([
       { spec: { mode: "savez", arrays }, out: paths.file },
       { spec: { mode: "savez", stream: true, arrays }, out: paths.pipe },
       { spec: { mode: "savez_compressed", arrays }, out: paths.compressed },
       { spec: { mode: "savez_compressed", stream: true, arrays }, out: paths.compressedPipe },
     ]);
-    const declarations = tensors.filter((t) => t.dtype === "BF16" || t.dtype.startsWith("F8_")).map((t) => `${t.name}:V${dtypeInfo(t.dtype).bits / 8}=${t.dtype}`);
+    const declarations = tensors
+      .filter((t) => t.dtype === "BF16" || t.dtype.startsWith("F8_"))
+      .map((t) => `${t.name}:V${dtypeInfo(t.dtype).bits / 8}=${t.dtype}`);
     const ours = async (options: NpzWriteOptions) => {
       const sink = new MemorySink();
       await writeNpz({ metadata: null, tensors }, sink, options);

@@ -73,9 +73,9 @@ describe("parsePythonLiteral", () => {
   });
 
   it(`refuses nesting past ${MAX_LITERAL_DEPTH} without overflowing the stack`, () => {
-    const ok = "(".repeat(MAX_LITERAL_DEPTH) + "1" + ")".repeat(MAX_LITERAL_DEPTH);
+    const ok = `${"(".repeat(MAX_LITERAL_DEPTH)}1${")".repeat(MAX_LITERAL_DEPTH)}`;
     expect(parsePythonLiteral(ok)).toEqual({ kind: "int", value: 1n });
-    for (const deep of ["(".repeat(100_000), "[".repeat(100_000), "-".repeat(100_000) + "1", "{1:".repeat(100_000)]) {
+    for (const deep of ["(".repeat(100_000), "[".repeat(100_000), `${"-".repeat(100_000)}1`, "{1:".repeat(100_000)]) {
       expect(() => parsePythonLiteral(deep)).toThrow(expect.objectContaining({ code: "InvalidHeader" }));
     }
   });
@@ -97,6 +97,9 @@ describe("parsePythonLiteral", () => {
   });
 
   it("keeps integers of any size exactly", () => {
-    expect(parsePythonLiteral("(99999999999999999999999999999999,)")).toEqual({ kind: "tuple", items: [{ kind: "int", value: 99999999999999999999999999999999n }] });
+    expect(parsePythonLiteral("(99999999999999999999999999999999,)")).toEqual({
+      kind: "tuple",
+      items: [{ kind: "int", value: 99999999999999999999999999999999n }],
+    });
   });
 });

@@ -38,7 +38,18 @@ describe("safetensors → npy → safetensors", () => {
     const sink = new MemorySink();
     await writeNpy(file, sink);
     const t = file.tensors[0]!;
-    const back = await readNpy(sink.bytes(), { name: t.name, dtypes: [`V${t.byteLength / Math.max(1, t.shape.reduce((a, d) => a * d, 1))}=${t.dtype}`] });
+    const back = await readNpy(sink.bytes(), {
+      name: t.name,
+      dtypes: [
+        `V${
+          t.byteLength /
+          Math.max(
+            1,
+            t.shape.reduce((a, d) => a * d, 1),
+          )
+        }=${t.dtype}`,
+      ],
+    });
     expect(toHex(await serializeSafetensors({ metadata: file.metadata, tensors: back.tensors }))).toBe(toHex(original));
   });
 });

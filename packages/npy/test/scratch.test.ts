@@ -67,7 +67,9 @@ describe("scratch space for a deflated Fortran-order member", () => {
     const bytes = await fbig({ scratch: () => createScratchFile({ dir: "/nonexistent/st-convert" }), onWarning: (m) => warnings.push(m) });
     expect(Buffer.from(bytes).equals(Buffer.from(expected))).toBe(true);
     expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toMatch(/^no scratch space for the Fortran-order member \(\/nonexistent\/st-convert\/st-convert-scratch-\d+-\w+\.tmp: cannot create a scratch file: no such file or directory\); it is inflated once per slab instead/);
+    expect(warnings[0]).toMatch(
+      /^no scratch space for the Fortran-order member \(\/nonexistent\/st-convert\/st-convert-scratch-\d+-\w+\.tmp: cannot create a scratch file: no such file or directory\); it is inflated once per slab instead/,
+    );
   });
 
   it("falls back, and disposes of the space, when a write to it fails (a full disk)", async () => {

@@ -36,7 +36,9 @@ async function sameTensors(a: TensorSource, b: TensorSource): Promise<void> {
 describe("writeNpy", () => {
   // Files np.save wrote from C-order little-endian arrays (ml_dtypes included; float8_e5m2 is
   // written '<V1', not numpy's unloadable '<f1').
-  const identical = Object.keys(manifest).filter((f) => /^(dtype_(?!.*_be)|ml_(?!.*(_be|_fortran|e5m2))|scalar_|empty_(1d|2d)|header_padlen_64|version_1)/.test(f));
+  const identical = Object.keys(manifest).filter((f) =>
+    /^(dtype_(?!.*_be)|ml_(?!.*(_be|_fortran|e5m2))|scalar_|empty_(1d|2d)|header_padlen_64|version_1)/.test(f),
+  );
 
   it.each(identical)("writes %s back byte for byte", async (name) => {
     const file = await readNpy(fixture(name), { dtypes: manifest[name]!.dtypes });
@@ -54,7 +56,10 @@ describe("writeNpy", () => {
   it("refuses other than one tensor, with a hint to write .npz", async () => {
     const t = (name: string) => tensorFromBytes({ name, dtype: "U8", shape: [1] }, Uint8Array.of(1));
     const sink = new MemorySink("out.npy");
-    await expect(writeNpy({ metadata: null, tensors: [t("a"), t("b")] }, sink)).rejects.toMatchObject({ code: "Unsupported", message: expect.stringMatching(/out\.npy: .*2 tensors; write a \.npz/) });
+    await expect(writeNpy({ metadata: null, tensors: [t("a"), t("b")] }, sink)).rejects.toMatchObject({
+      code: "Unsupported",
+      message: expect.stringMatching(/out\.npy: .*2 tensors; write a \.npz/),
+    });
     await expect(writeNpy({ metadata: null, tensors: [] }, sink)).rejects.toMatchObject({ code: "Unsupported" });
     expect(sink.length).toBe(0);
   });
@@ -77,7 +82,15 @@ describe("writeNpy", () => {
   });
 
   it("refuses a tensor that delivers fewer bytes than it declares", async () => {
-    const liar: TensorEntry = { name: "liar", dtype: "F32", shape: [4], byteLength: 16, async *chunks() { yield new Uint8Array(8); } };
+    const liar: TensorEntry = {
+      name: "liar",
+      dtype: "F32",
+      shape: [4],
+      byteLength: 16,
+      async *chunks() {
+        yield new Uint8Array(8);
+      },
+    };
     await expect(write(writeNpy, { metadata: null, tensors: [liar] })).rejects.toMatchObject({ code: "ByteLengthMismatch", tensor: "liar" });
   });
 });
@@ -111,14 +124,19 @@ describe("writeNpz", () => {
     const fp8: TensorEntry[] = (["F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ"] as Dtype[]).map((dtype, i) =>
       tensorFromBytes({ name: `fp8/${dtype}`, dtype, shape: [3] }, Uint8Array.of(i, 0x7f, 0x80)),
     );
-    const metadata = { format: "pt", "z\u2028": "😀\n\"quoted\"", "": "" };
+    const metadata = { format: "pt", "z\u2028": '😀\n"quoted"', "": "" };
     for (const options of Object.values(MODES)) {
       const bytes = await write((s, sink) => writeNpz(s, sink, options), { metadata, tensors: [bf16, ...fp8] });
       const back = await readNpz(bytes);
       expect({ ...back.metadata }).toEqual(metadata);
       await sameTensors({ metadata, tensors: [bf16, ...fp8] }, back);
       const comment = JSON.parse(new TextDecoder().decode(archiveComment(bytes)));
-      expect(comment).toEqual({ format: "st-convert.npz", version: 1, metadata: { "": "", format: "pt", "z\u2028": "😀\n\"quoted\"" }, dtypes: { emb: "BF16", ...Object.fromEntries(fp8.map((t) => [t.name, t.dtype])) } });
+      expect(comment).toEqual({
+        format: "st-convert.npz",
+        version: 1,
+        metadata: { "": "", format: "pt", "z\u2028": '😀\n"quoted"' },
+        dtypes: { emb: "BF16", ...Object.fromEntries(fp8.map((t) => [t.name, t.dtype])) },
+      });
     }
   });
 
@@ -162,7 +180,10 @@ describe("writeNpz", () => {
         yield Uint8Array.of(pass++, 1, 2, 3);
       },
     };
-    await expect(write((s, sink) => writeNpz(s, sink, { crcPrePass: true }), { metadata: null, tensors: [fickle] })).rejects.toMatchObject({ code: "ByteLengthMismatch", tensor: "fickle" });
+    await expect(write((s, sink) => writeNpz(s, sink, { crcPrePass: true }), { metadata: null, tensors: [fickle] })).rejects.toMatchObject({
+      code: "ByteLengthMismatch",
+      tensor: "fickle",
+    });
   });
 
   it("writes ZIP64 end records past 65,535 members", async () => {

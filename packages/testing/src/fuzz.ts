@@ -31,7 +31,9 @@ const brand = Symbol.for("st-convert.error");
  * depend on core (core's tests depend on it), and the brand is what `isStConvertError` checks too.
  */
 export function isProjectError(error: unknown): error is { code: string } {
-  return typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[brand] === true && typeof (error as { code: unknown }).code === "string";
+  return (
+    typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[brand] === true && typeof (error as { code: unknown }).code === "string"
+  );
 }
 
 /** Runs of each property: `FUZZ_RUNS` or 150. */
@@ -129,27 +131,39 @@ export function fuzzReader(target: FuzzTarget): void {
   const seed = fuzzSeed();
   const timeout = fuzzTimeout();
 
-  it(`${target.name}: random bytes give a result or a coded error`, async () => {
-    await fc.assert(
-      fc.asyncProperty(fc.uint8Array({ maxLength: target.maxLength ?? 4096 }), async (bytes) => {
-        await checkOne(target, bytes);
-      }),
-      { numRuns: runs, seed },
-    );
-  }, timeout);
+  it(
+    `${target.name}: random bytes give a result or a coded error`,
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(fc.uint8Array({ maxLength: target.maxLength ?? 4096 }), async (bytes) => {
+          await checkOne(target, bytes);
+        }),
+        { numRuns: runs, seed },
+      );
+    },
+    timeout,
+  );
 
-  it(`${target.name}: mutated valid files give a result or a coded error`, async () => {
-    await fc.assert(
-      fc.asyncProperty(fc.nat({ max: target.seeds.length - 1 }), fc.array(mutation, { minLength: 1, maxLength: 6 }), async (which, mutations) => {
-        await checkOne(target, mutate(target.seeds[which]!, mutations));
-      }),
-      { numRuns: runs * 4, seed },
-    );
-  }, timeout);
+  it(
+    `${target.name}: mutated valid files give a result or a coded error`,
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(fc.nat({ max: target.seeds.length - 1 }), fc.array(mutation, { minLength: 1, maxLength: 6 }), async (which, mutations) => {
+          await checkOne(target, mutate(target.seeds[which]!, mutations));
+        }),
+        { numRuns: runs * 4, seed },
+      );
+    },
+    timeout,
+  );
 
-  it(`${target.name}: every truncation of a valid file gives a result or a coded error`, async () => {
-    for (const file of target.seeds) {
-      for (let length = 0; length < file.byteLength; length++) await checkOne(target, file.subarray(0, length));
-    }
-  }, timeout);
+  it(
+    `${target.name}: every truncation of a valid file gives a result or a coded error`,
+    async () => {
+      for (const file of target.seeds) {
+        for (let length = 0; length < file.byteLength; length++) await checkOne(target, file.subarray(0, length));
+      }
+    },
+    timeout,
+  );
 }

@@ -110,7 +110,12 @@ export function removeQuietly(path: string): void {
   rmSync(path, { force: true, recursive: true });
 }
 export { safetensorsFile } from "./safetensorsFile.js";
-export { STRICTER_THAN_REFERENCE, header as safetensorsHeader, hostileCases as safetensorsHostileCases, t as safetensorsEntry } from "./safetensorsHostileCases.js";
+export {
+  STRICTER_THAN_REFERENCE,
+  header as safetensorsHeader,
+  hostileCases as safetensorsHostileCases,
+  t as safetensorsEntry,
+} from "./safetensorsHostileCases.js";
 
 /**
  * Runs the first ```js block of a README as an ES module inside `packageDir` (so that the package

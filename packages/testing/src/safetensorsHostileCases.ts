@@ -7,7 +7,8 @@
 import { safetensorsFile } from "./safetensorsFile.js";
 
 /** One tensor entry of a header, as text. */
-export const t = (name: string, dtype: string, shape: string, offsets: string) => `"${name}":{"dtype":"${dtype}","shape":[${shape}],"data_offsets":[${offsets}]}`;
+export const t = (name: string, dtype: string, shape: string, offsets: string) =>
+  `"${name}":{"dtype":"${dtype}","shape":[${shape}],"data_offsets":[${offsets}]}`;
 /** A header object from entries. */
 export const header = (...entries: string[]) => `{${entries.join(",")}}`;
 
@@ -46,7 +47,11 @@ export const hostileCases: [string, Uint8Array, string][] = [
   ["lower-case dtype f32", safetensorsFile(header(t("t", "f32", "1", "0,4")), 4), "InvalidHeaderDeserialization"],
   ["dtype as an integer", safetensorsFile('{"t":{"dtype":5,"shape":[1],"data_offsets":[0,1]}}', 1), "InvalidHeaderDeserialization"],
   ["dtype as a map with a list value", safetensorsFile('{"t":{"dtype":{"U8":[]},"shape":[1],"data_offsets":[0,1]}}', 1), "InvalidHeaderDeserialization"],
-  ["dtype as a map with two keys", safetensorsFile('{"t":{"dtype":{"U8":null,"I8":null},"shape":[1],"data_offsets":[0,1]}}', 1), "InvalidHeaderDeserialization"],
+  [
+    "dtype as a map with two keys",
+    safetensorsFile('{"t":{"dtype":{"U8":null,"I8":null},"shape":[1],"data_offsets":[0,1]}}', 1),
+    "InvalidHeaderDeserialization",
+  ],
   ["missing shape", safetensorsFile('{"t":{"dtype":"U8","data_offsets":[0,1]}}', 1), "InvalidHeaderDeserialization"],
   ["missing dtype", safetensorsFile('{"t":{"shape":[1],"data_offsets":[0,1]}}', 1), "InvalidHeaderDeserialization"],
   ["missing data_offsets", safetensorsFile('{"t":{"dtype":"U8","shape":[1]}}', 1), "InvalidHeaderDeserialization"],
@@ -73,10 +78,18 @@ export const hostileCases: [string, Uint8Array, string][] = [
   ["raw control character in a name", safetensorsFile('{"a\u0001":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', 1), "InvalidHeaderDeserialization"],
   ["unterminated string", safetensorsFile('{"abc'), "InvalidHeaderDeserialization"],
   ["unknown field holding invalid JSON", safetensorsFile('{"t":{"x":[1,],"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', 1), "InvalidHeaderDeserialization"],
-  ["nesting 128 deep inside an ignored field", safetensorsFile(`{"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"foo":${"[".repeat(126)}${"]".repeat(126)}}}`), "InvalidHeaderDeserialization"],
+  [
+    "nesting 128 deep inside an ignored field",
+    safetensorsFile(`{"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"foo":${"[".repeat(126)}${"]".repeat(126)}}}`),
+    "InvalidHeaderDeserialization",
+  ],
   ["nesting 100,000 deep (stack exhaustion attempt)", safetensorsFile("[".repeat(100_000)), "InvalidHeaderDeserialization"],
   // steps 6–11: layout
-  ["ten tensors at the same offsets (test_json_attack)", safetensorsFile(header(...Array.from({ length: 10 }, (_, i) => t(`t${i}`, "F32", "2,2", "0,16"))), 16), "InvalidOffset"],
+  [
+    "ten tensors at the same offsets (test_json_attack)",
+    safetensorsFile(header(...Array.from({ length: 10 }, (_, i) => t(`t${i}`, "F32", "2,2", "0,16"))), 16),
+    "InvalidOffset",
+  ],
   ["reversed offsets", safetensorsFile(header(t("t", "U8", "1", "1,0")), 1), "InvalidOffset"],
   ["a hole before the first tensor", safetensorsFile(header(t("t", "U8", "1", "1,2")), 2), "InvalidOffset"],
   ["a hole between tensors", safetensorsFile(header(t("a", "U8", "1", "0,1"), t("b", "U8", "1", "2,3")), 3), "InvalidOffset"],
@@ -102,7 +115,11 @@ export const hostileCases: [string, Uint8Array, string][] = [
   // Accepted, as the reference accepts them.
   ["leading and trailing whitespace (test_whitespace_leading_padded_header)", safetensorsFile("\t\n{}\r "), "ok"],
   ["trailing whitespace (test_whitespace_padded_header)", safetensorsFile("{}\r \t\n"), "ok"],
-  ["nesting 127 deep inside an ignored field", safetensorsFile(`{"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"foo":${"[".repeat(125)}${"]".repeat(125)}}}`), "ok"],
+  [
+    "nesting 127 deep inside an ignored field",
+    safetensorsFile(`{"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"foo":${"[".repeat(125)}${"]".repeat(125)}}}`),
+    "ok",
+  ],
   ["shape [0,4294967296,4294967296]: the zero comes first", safetensorsFile(header(t("t", "U8", "0,4294967296,4294967296", "0,0"))), "ok"],
   ["F6_E2M3 with 4 elements in 3 bytes", safetensorsFile(header(t("t", "F6_E2M3", "4", "0,3")), 3), "ok"],
   ["tensor info as an array (a serde form)", safetensorsFile('{"t":["U8",[1],[0,1]]}', 1), "ok"],
