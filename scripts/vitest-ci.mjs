@@ -1,7 +1,10 @@
 // Runs every vitest project in one process and ends with the plain summary line CI reads:
 //   tests: N passed, N failed, N skipped
-// Exits non-zero on a failed test, a test file that failed to load, or a run where nothing passed.
-import { spawnSync } from "node:child_process";
+// Exits non-zero on a failed test, a test file that failed to load, a run where nothing passed, or
+// a process warning printed during the run (a file descriptor closed on garbage collection, a
+// deprecation): such a warning is a defect (an unclosed source, an outdated call), so it fails the
+// run like a failed test, and is counted as one.
+import { spawn } from "node:child_process";
 import { readFileSync, rmSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
@@ -10,10 +13,31 @@ const vitest = fileURLToPath(new URL("../node_modules/.bin/vitest", import.meta.
 const report = fileURLToPath(new URL("../.vitest-ci.json", import.meta.url)); // gitignored
 rmSync(report, { force: true });
 
-const run = spawnSync(vitest, ["run", "--reporter=default", "--reporter=json", `--outputFile=${report}`, ...process.argv.slice(2)], {
-  stdio: "inherit",
+/** Node's own warning lines, as `process.emitWarning` prints them: `(node:123) [DEP0137] DeprecationWarning: …`. */
+const NODE_WARNING = /^\(node:\d+\) (?:\[[A-Z0-9_]+\] )?\w*Warning: .*/;
+
+const warnings = [];
+const child = spawn(vitest, ["run", "--reporter=default", "--reporter=json", `--outputFile=${report}`, ...process.argv.slice(2)], {
+  stdio: ["ignore", "pipe", "pipe"],
   cwd: root,
 });
+for (const [stream, out] of [
+  [child.stdout, process.stdout],
+  [child.stderr, process.stderr],
+]) {
+  let pending = "";
+  stream.setEncoding("utf8");
+  stream.on("data", (text) => {
+    out.write(text);
+    const lines = (pending + text).split("\n");
+    pending = lines.pop() ?? "";
+    for (const line of lines) if (NODE_WARNING.test(line)) warnings.push(line);
+  });
+  stream.on("end", () => {
+    if (NODE_WARNING.test(pending)) warnings.push(pending);
+  });
+}
+const status = await new Promise((resolve) => child.on("close", (code) => resolve(code ?? 1)));
 
 let passed = 0;
 let failed = 0;
@@ -27,6 +51,10 @@ try {
 } catch {
   failed += 1; // no report: vitest itself failed
 }
+if (warnings.length > 0) {
+  console.log(`\n${warnings.length} process warning(s) during the run, each a defect to fix:`);
+  for (const line of warnings) console.log(`  ${line}`);
+  failed += warnings.length;
+}
 console.log(`tests: ${passed} passed, ${failed} failed, ${skipped} skipped`);
-const status = run.status ?? 1;
 process.exit(status !== 0 ? status : failed > 0 || passed === 0 ? 1 : 0);
