@@ -43,6 +43,13 @@ export interface FormatContext {
    * provides it closes what it opened once the conversion is over; the CLI does.
    */
   readonly openSibling?: (name: string) => Promise<ByteSource>;
+  /**
+   * The tensors the caller will keep (the CLI's `--filter`/`--exclude`), by the name the reader
+   * gives them. A reader may leave out a tensor for which this is false before judging it, so that
+   * a user can drop what cannot be converted (an object array, an undeclared void dtype) instead of
+   * having the whole file refused. Readers that ignore it are still correct: the caller filters again.
+   */
+  readonly include?: (name: string) => boolean;
 }
 
 /** A file format: how to recognise, read and write it. */
@@ -65,6 +72,8 @@ export interface TensorFormat {
    * named (a sharded checkpoint's index, whose shards a walk takes one by one already).
    */
   readonly namedOnly?: boolean;
+  /** True for a format that can only be read: `write` refuses, and the CLI refuses it as an output up front. */
+  readonly readOnly?: boolean;
   /** True when the first bytes of a file look like this format (used when the extension says nothing). */
   sniff?(head: Uint8Array): boolean;
   /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */

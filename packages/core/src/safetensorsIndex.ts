@@ -167,6 +167,7 @@ export const safetensorsIndexFormat: TensorFormat = {
   description: "a sharded safetensors checkpoint, read through its model.safetensors.index.json (read only)",
   extensions: [".safetensors.index.json"],
   namedOnly: true,
+  readOnly: true,
   // Content sniffing is left to the name: any JSON object may have a "weight_map" key.
   async open(source, context) {
     if (context.openSibling === undefined) {
