@@ -41,8 +41,14 @@ export type CommonErrorCode =
   | "OutputExists"
   /** The caller passed options that contradict each other or the input. */
   | "InvalidArgument"
+  /** An option's value is malformed (a command-line mistake: the CLI exits 2). */
+  | "InvalidOption"
+  /** A conversion would write no tensor: the selection kept none, or the reader skipped them all. */
+  | "NothingToWrite"
   /** No format matches a `--from`/`--to` name, an extension or a file's content. */
   | "UnknownFormat"
+  /** The reader of a pipe or stream output went away (`| head`): the CLI ends quietly. */
+  | "BrokenPipe"
   /** The conversion was stopped by the caller (signal, abort). */
   | "Aborted"
   /** A sharded checkpoint's index is malformed, names a file outside its folder, or disagrees with its shards. */

@@ -84,12 +84,12 @@ export interface TensorFormat {
 
 /**
  * A string option's value, or undefined when absent.
- * @throws StConvertError `InvalidArgument` when it is not a single string.
+ * @throws StConvertError `InvalidOption` when it is not a single string.
  */
 export function stringOption(options: FormatOptionValues, name: string): string | undefined {
   const value = options[name];
   if (value === undefined) return undefined;
-  if (typeof value !== "string") throw new StConvertError("InvalidArgument", `--${name} takes one string value`);
+  if (typeof value !== "string") throw new StConvertError("InvalidOption", `--${name} takes one string value`);
   return value;
 }
 
