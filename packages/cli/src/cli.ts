@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 /** The `st-convert` executable: wires the process to `main()`. */
 import { main } from "./main.js";
+import { createDescriptorSink } from "@st-convert/core/node";
+import { STDOUT_NAME, openStdinSource } from "./stdio.js";
 
 const controller = new AbortController();
 let interrupted = false;
@@ -13,12 +15,28 @@ const stop = (signal: NodeJS.Signals, status: number) => () => {
 };
 process.on("SIGINT", stop("SIGINT", 130));
 process.on("SIGTERM", stop("SIGTERM", 143));
+// A closed terminal or ssh session: like Ctrl-C, so that no temporary output is left behind.
+process.on("SIGHUP", stop("SIGHUP", 129));
+
+// A reader that went away (`st-convert info big.safetensors | head -3`): stop writing, quietly.
+// A data output on stdout reports it through its sink (exit 141); a listing just ends.
+let stdoutClosed = false;
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code !== "EPIPE") throw error;
+  stdoutClosed = true;
+});
 
 const status = await main(process.argv.slice(2), {
-  stdout: (text) => process.stdout.write(text),
+  stdout: (text) => {
+    if (!stdoutClosed) process.stdout.write(text);
+  },
   stderr: (text) => process.stderr.write(text),
   signal: controller.signal,
   stderrIsTTY: process.stderr.isTTY === true,
   columns: process.stderr.columns,
+  term: process.env.TERM,
+  openStdin: () => openStdinSource(process.stdin),
+  // Descriptor 1 itself, written with gathered writes; a reader that left fails a write with BrokenPipe.
+  stdoutSink: () => createDescriptorSink(1, STDOUT_NAME),
 });
 process.exitCode = interrupted ? process.exitCode : status;

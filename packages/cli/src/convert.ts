@@ -4,6 +4,7 @@
  */
 import { dirname, join } from "node:path";
 import {
+  type ByteSink,
   type ByteSource,
   type ChunkOptions,
   type FormatOptionValues,
@@ -14,9 +15,13 @@ import {
   type TensorSource,
   withContext,
 } from "@st-convert/core";
-import { type FileSource, createFileSink, createScratchFile, openFileSource } from "@st-convert/core/node";
+import { createFileSink, createScratchFile, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { FORMATS, detectInputFormat, detectOutputFormat } from "./formats.js";
-import { type TransformOptions, transformTensors } from "./transforms.js";
+import { groupDigits } from "./text.js";
+import { type TransformOptions, compileTransforms, selects, transformTensors } from "./transforms.js";
+
+/** Receives a non-fatal notice and the file it concerns (the input, an output, a shard). */
+export type WarningListener = (message: string, file: string) => void;
 
 /** Options of {@link convert}. */
 export interface ConvertOptions extends TransformOptions {
@@ -28,8 +33,13 @@ export interface ConvertOptions extends TransformOptions {
   force?: boolean;
   /** Format-specific options by name (e.g. `{ sep: "/" }`), as the CLI's `--sep /`. */
   formatOptions?: FormatOptionValues;
-  /** Receives non-fatal notices (e.g. metadata the output format cannot hold). */
-  onWarning?: (message: string) => void;
+  /** Receives non-fatal notices (e.g. metadata the output format cannot hold), with the file concerned. */
+  onWarning?: WarningListener;
+  /**
+   * Write the output even when no tensor is left to write because `filter`/`exclude` selected none
+   * of the input's or the reader skipped them all. Default false: that is an error (`NothingToWrite`).
+   */
+  allowEmpty?: boolean;
   /** Stops the conversion at the next chunk; the output is then removed. */
   signal?: AbortSignal;
   /** Called as tensor bytes are written: bytes done so far and the total. */
@@ -47,38 +57,101 @@ export interface ConvertResult {
   tensors: number;
   /** Tensor bytes written (the header and container bytes not counted). */
   bytes: number;
+  /** The notices given on the way, each with its file (also passed to `onWarning` as they came). */
+  warnings: { file: string; message: string }[];
 }
 
 /**
- * Converts the file at `input` into `output`, in the formats their names (or the options) say.
- * The output is written to a temporary file beside it and renamed into place only on success.
+ * Converts `input` into `output`, in the formats their names (or the options) say. A path as the
+ * output is written to a temporary file beside it and renamed into place only on success (see
+ * `createFileSink`); a `ByteSink` is written and then closed, or aborted on failure. A
+ * `ByteSource` as the input is read, never closed: it stays its owner's.
  * @throws StConvertError naming the file, the tensor and the broken rule; `OutputExists` when the
- *   output exists and `force` is not set; `Aborted` when `signal` fired.
+ *   output exists and `force` is not set; `NothingToWrite` when no tensor is left (see
+ *   `allowEmpty`); `Aborted` when `signal` fired.
  */
-export async function convert(input: string, output: string, options: ConvertOptions = {}): Promise<ConvertResult> {
+export async function convert(input: string | ByteSource, output: string | ByteSink, options: ConvertOptions = {}): Promise<ConvertResult> {
   const formats = options.formats ?? FORMATS;
-  const outputFormat = detectOutputFormat(output, options.to, formats);
+  const inputName = nameOf(input, "<input>");
+  const outputName = nameOf(output, "<output>");
+  const outputFormat = detectOutputFormat(outputName, options.to, formats);
+  const warnings: ConvertResult["warnings"] = [];
+  const warnFor = (file: string) => (message: string) => {
+    warnings.push({ file, message });
+    options.onWarning?.(message, file);
+  };
   return withSource(input, async (source, openSibling) => {
-    const { format: inputFormat, tensors } = await openInput(source, input, options, formats, openSibling);
-    const observed = observe(tensors, options.signal, options.onProgress);
-    const sink = await createFileSink(output, { force: options.force ?? false });
+    const { format: inputFormat, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, warnFor(inputName));
+    for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
+    checkSomethingToWrite(tensors, options, warnings.length > 0);
+    const observed = observe(tensors.selected, options.signal, options.onProgress);
+    if (typeof output === "string") {
+      // Left by a run that was killed (SIGKILL, a crash, a power cut): its process is gone.
+      for (const stale of await removeStaleTempFiles(output).catch(() => [])) {
+        warnFor(output)(`removed ${stale}, a temporary file left by an interrupted run`);
+      }
+    }
+    const sink = typeof output === "string" ? await createFileSink(output, { force: options.force ?? false }) : output;
     try {
-      await outputFormat.write(observed.source, sink, { options: options.formatOptions ?? {}, onWarning: options.onWarning, fileName: output });
+      await outputFormat.write(observed.source, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(outputName), fileName: outputName });
       options.signal?.throwIfAborted();
       await sink.close();
     } catch (error) {
       await sink.abort();
-      throw withContext(abortError(error, options.signal), { file: observed.reading() ? input : output });
+      throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
     }
     return {
-      input,
-      output,
+      input: inputName,
+      output: outputName,
       inputFormat: inputFormat.name,
       outputFormat: outputFormat.name,
-      tensors: tensors.tensors.length,
+      tensors: tensors.selected.tensors.length,
       bytes: observed.done(),
+      warnings,
     };
   });
+}
+
+function nameOf(file: string | { readonly name?: string }, fallback: string): string {
+  return typeof file === "string" ? file : (file.name ?? fallback);
+}
+
+/**
+ * Refuses a conversion that would write no tensor although the input had some (the selection
+ * kept none) or the reader skipped what it found: an empty output is then a mistake, not a result.
+ */
+function checkSomethingToWrite(opened: OpenedInput, options: ConvertOptions, warned: boolean): void {
+  if (options.allowEmpty === true || opened.selected.tensors.length > 0) return;
+  const total = opened.dropped.size;
+  if (total > 0) {
+    throw new StConvertError(
+      "NothingToWrite",
+      `the selection (filter/exclude) keeps none of the input's ${plural(total, "tensor")}; nothing to write (allow an empty output to write one anyway)`,
+    );
+  }
+  if (warned) throw new StConvertError("NothingToWrite", "no tensor is left to write: the reader skipped everything it found (see the warnings)");
+}
+
+function plural(count: number, noun: string): string {
+  return `${groupDigits(count)} ${count === 1 ? noun : `${noun}s`}`;
+}
+
+/**
+ * Notices for format options given that neither side of this conversion reads (`--compress`
+ * with a `.json` output, `--base64` with `.npz`): silence would let a user believe they applied.
+ */
+export function unusedFormatOptions(values: FormatOptionValues, input: TensorFormat, output: TensorFormat, formats: readonly TensorFormat[]): string[] {
+  const notices: string[] = [];
+  for (const [name, value] of Object.entries(values)) {
+    if (value === undefined || value === false || (Array.isArray(value) && value.length === 0)) continue;
+    const appliesHere = [input, output].some((format) =>
+      (format.options ?? []).some((o) => o.name === name && (o.appliesTo === "both" || o.appliesTo === (format === input ? "read" : "write"))),
+    );
+    if (appliesHere) continue;
+    const owners = formats.filter((f) => f.options?.some((o) => o.name === name)).map((f) => f.name);
+    notices.push(`--${name} applies to ${owners.join(", ") || "no format"}, not to reading ${input.name} or writing ${output.name}; ignored`);
+  }
+  return notices;
 }
 
 /** Options of {@link inspect}. */
@@ -86,7 +159,7 @@ export interface InspectOptions extends TransformOptions {
   /** Input format name; default: from the extension, else from the content. */
   from?: string;
   formatOptions?: FormatOptionValues;
-  onWarning?: (message: string) => void;
+  onWarning?: WarningListener;
   formats?: readonly TensorFormat[];
 }
 
@@ -101,58 +174,91 @@ export interface FileReport {
  * Reads a file's header and lists its tensors and metadata, without reading tensor bytes
  * (formats whose layout needs it, such as compressed archives, may read more).
  */
-export async function inspect(input: string, options: InspectOptions = {}): Promise<FileReport> {
+export async function inspect(input: string | ByteSource, options: InspectOptions = {}): Promise<FileReport> {
   const formats = options.formats ?? FORMATS;
+  const inputName = nameOf(input, "<input>");
   return withSource(input, async (source, openSibling) => {
-    const { format, tensors } = await openInput(source, input, options, formats, openSibling);
+    const onWarning = options.onWarning === undefined ? undefined : (message: string) => options.onWarning?.(message, inputName);
+    const { format, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, onWarning);
     return {
       format: format.name,
-      metadata: tensors.metadata,
-      tensors: tensors.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], byteLength: t.byteLength })),
+      metadata: tensors.selected.metadata,
+      tensors: tensors.selected.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], byteLength: t.byteLength })),
     };
   });
 }
 
+type Closeable = ByteSource & { close(): Promise<void> };
+
 /**
- * Opens the input for `use`, with a way to open files named relative to it (an index's shards);
- * closes them all when `use` is done.
+ * Opens the input for `use` (a path, or a source the caller owns), with a way to open files named
+ * relative to it (an index's shards); closes what it opened when `use` is done, on every path.
  */
-async function withSource<T>(path: string, use: (source: FileSource, openSibling: (name: string) => Promise<ByteSource>) => Promise<T>): Promise<T> {
-  const source = await openFileSource(path);
-  const siblings: FileSource[] = [];
-  const openSibling = async (name: string): Promise<ByteSource> => {
-    const sibling = await openFileSource(join(dirname(path), name));
-    siblings.push(sibling);
-    return sibling;
+async function withSource<T>(
+  input: string | ByteSource,
+  use: (source: ByteSource, openSibling: (name: string) => Promise<ByteSource>) => Promise<T>,
+): Promise<T> {
+  const name = nameOf(input, "<input>");
+  const opened: Closeable[] = [];
+  const openSibling = async (sibling: string): Promise<ByteSource> => {
+    if (typeof input !== "string") {
+      throw new StConvertError("InvalidArgument", `cannot open ${JSON.stringify(sibling)} beside an input that is not a file`, { file: name });
+    }
+    const file = await openFileSource(join(dirname(input), sibling));
+    opened.push(file);
+    return file;
   };
   try {
+    let source: ByteSource;
+    if (typeof input === "string") {
+      const file = await openFileSource(input);
+      opened.push(file);
+      source = file;
+    } else {
+      source = input;
+    }
     return await use(source, openSibling);
   } catch (error) {
-    throw withContext(error, { file: path });
+    throw withContext(error, { file: name });
   } finally {
-    await source.close();
-    for (const sibling of siblings) await sibling.close().catch(() => {});
+    for (const file of opened) await file.close().catch(() => {});
   }
+}
+
+/** The input after the transforms, and the names the selection left out (by the reader or after it). */
+interface OpenedInput {
+  selected: TensorSource;
+  dropped: Set<string>;
 }
 
 /** Recognises the input's format, reads its header and applies the transforms; errors are named by `withSource`. */
 async function openInput(
-  source: FileSource,
+  source: ByteSource,
   fileName: string,
   options: InspectOptions,
   formats: readonly TensorFormat[],
   openSibling: (name: string) => Promise<ByteSource>,
-): Promise<{ format: TensorFormat; tensors: TensorSource }> {
+  onWarning: ((message: string) => void) | undefined,
+): Promise<{ format: TensorFormat; tensors: OpenedInput }> {
+  const transforms = compileTransforms(options);
+  const dropped = new Set<string>();
+  const include = (name: string): boolean => {
+    const keep = selects(transforms, name);
+    if (!keep) dropped.add(name);
+    return keep;
+  };
   const format = await detectInputFormat(source, options.from, formats);
-  const opened = await format.open(source, {
+  const all = await format.open(source, {
     options: options.formatOptions ?? {},
-    onWarning: options.onWarning,
+    onWarning,
     fileName,
     // Scratch files go to the system's temporary folder (TMPDIR), removed as soon as they are made.
     scratch: () => createScratchFile(),
     openSibling,
+    include,
   });
-  return { format, tensors: transformTensors(opened, options) };
+  for (const entry of all.tensors) include(entry.name);
+  return { format, tensors: { selected: transformTensors(all, transforms), dropped } };
 }
 
 /**

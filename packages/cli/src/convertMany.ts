@@ -9,7 +9,7 @@ import { basename, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
 import { openFileSource } from "@st-convert/core/node";
-import { FORMATS, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
+import { FORMATS, detectOutputFormat, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
 
 /** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
 export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgress"> {
@@ -37,6 +37,8 @@ export type BatchEvent =
   | { type: "start"; job: BatchJob; index: number }
   | { type: "progress"; job: BatchJob; done: number; total: number }
   | { type: "converted"; job: BatchJob; result: ConvertResult }
+  /** A non-fatal notice during the job, naming its file (the input, the output or a shard). */
+  | { type: "warning"; job: BatchJob; file: string; message: string }
   | { type: "skipped"; job: BatchJob; reason: string }
   | { type: "failed"; job: BatchJob; error: unknown; message: string };
 
@@ -44,13 +46,15 @@ export type BatchEvent =
 export interface BatchSummary {
   dryRun: boolean;
   /** Conversions done (in a dry run: the ones that would be done). */
-  converted: (BatchJob & { tensors?: number; bytes?: number })[];
+  converted: (BatchJob & { inputFormat?: string; outputFormat?: string; tensors?: number; bytes?: number })[];
   skipped: (BatchJob & { reason: string })[];
   failed: (Partial<BatchJob> & { input: string; code: string; message: string })[];
   /** Files found in folders whose extension is ambiguous (`.json`) and whose content is not a tensor file. */
   ignored: string[];
   /** True when a signal stopped the batch before every file was attempted. */
   stopped: boolean;
+  /** The notices of every job, each naming its file. */
+  warnings: { file: string; message: string }[];
 }
 
 /** Default number of conversions at once. */
@@ -59,15 +63,21 @@ export const DEFAULT_JOBS = 2;
 /**
  * Converts every input (a file, or a folder searched recursively for files of a known format)
  * into `outDir`, as `to`. Never throws for a single file's failure: it is in the summary.
- * @throws StConvertError `UnknownFormat` for an unknown `to`, `InvalidArgument` for a bad `jobs`.
+ * @throws StConvertError `UnknownFormat` for an unknown or read-only `to`; `InvalidOption` for a bad
+ *   `jobs` or an `outDir` that is a file.
  */
 export async function convertMany(inputs: readonly string[], options: ConvertManyOptions): Promise<BatchSummary> {
   const formats = options.formats ?? FORMATS;
   const to = formatByName(options.to, formats);
+  if (to.readOnly === true) detectOutputFormat("", to.name, formats); // throws the read-only refusal
   const jobs = options.jobs ?? DEFAULT_JOBS;
-  if (!Number.isInteger(jobs) || jobs < 1) throw new StConvertError("InvalidArgument", `--jobs must be a whole number of at least 1, got ${jobs}`);
+  if (!Number.isInteger(jobs) || jobs < 1) throw new StConvertError("InvalidOption", `--jobs must be a whole number of at least 1, got ${jobs}`);
+  const outDirInfo = await stat(options.outDir).catch(() => undefined);
+  if (outDirInfo !== undefined && !outDirInfo.isDirectory()) {
+    throw new StConvertError("InvalidOption", `--out-dir ${options.outDir} exists and is not a folder`);
+  }
   const emit = options.onEvent ?? (() => {});
-  const summary: BatchSummary = { dryRun: options.dryRun ?? false, converted: [], skipped: [], failed: [], ignored: [], stopped: false };
+  const summary: BatchSummary = { dryRun: options.dryRun ?? false, converted: [], skipped: [], failed: [], ignored: [], stopped: false, warnings: [] };
 
   const { planned, problems, ignored } = await planBatch(inputs, options.outDir, to, formats);
   summary.ignored.push(...ignored);
@@ -94,8 +104,7 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
 }
 
 async function runJob(job: BatchJob, options: ConvertManyOptions, summary: BatchSummary, emit: (event: BatchEvent) => void): Promise<void> {
-  const skip = () => {
-    const reason = "the output exists (--force replaces it)";
+  const skip = (reason = "the output exists (--force replaces it)") => {
     summary.skipped.push({ ...job, reason });
     emit({ type: "skipped", job, reason });
   };
@@ -110,12 +119,23 @@ async function runJob(job: BatchJob, options: ConvertManyOptions, summary: Batch
       ...options,
       to: options.to,
       onProgress: (done, total) => emit({ type: "progress", job, done, total }),
+      onWarning: (message, file) => {
+        summary.warnings.push({ file, message });
+        emit({ type: "warning", job, file, message });
+        options.onWarning?.(message, file);
+      },
     });
-    summary.converted.push({ ...job, tensors: result.tensors, bytes: result.bytes });
+    summary.converted.push({ ...job, inputFormat: result.inputFormat, outputFormat: result.outputFormat, tensors: result.tensors, bytes: result.bytes });
     emit({ type: "converted", job, result });
   } catch (error) {
     if (isStConvertError(error) && error.code === "OutputExists") {
       skip();
+      return;
+    }
+    // A selection that keeps nothing of one file of a folder is not a failure of the batch: that
+    // file has nothing the user asked for (a single conversion refuses instead).
+    if (isStConvertError(error) && error.code === "NothingToWrite" && options.allowEmpty !== true) {
+      skip(error.rule.replace(/ \(allow an empty output.*\)$/, "").replace(/; nothing to write$/, ""));
       return;
     }
     const message = describeError(error);
@@ -132,7 +152,8 @@ export function describeError(error: unknown): string {
 
 /**
  * Expands inputs into conversions: a folder gives every file below it whose extension names a
- * known format (hidden entries and the output folder itself are skipped; symbolic links to folders
+ * known format (hidden entries are skipped, and so is an output folder below the input folder; when
+ * the output folder is the input folder, the files this run writes are not taken as inputs; symbolic links to folders
  * are not followed, which rules out cycles; a file of an ambiguous extension such as `.json` is
  * taken only if its content looks like that format, so `config.json` beside the weights is
  * ignored, not failed; a sharded checkpoint's index is left out, its shards being taken one by
@@ -166,6 +187,8 @@ export async function planBatch(
     planned.push({ input, output });
   };
 
+  // Found in folders: [file, path relative to its folder]. Files named by the user are always taken.
+  const found: [string, string][] = [];
   for (const input of inputs) {
     let info: Stats;
     try {
@@ -178,15 +201,22 @@ export async function planBatch(
       add(input, basename(input));
       continue;
     }
-    for (const file of await walk(input, outRoot, formats)) {
-      if (await looksLikeItsFormat(file, formats)) add(file, relative(input, file));
-      else ignored.push(file);
-    }
+    // An output folder inside the input folder is left out of the walk (earlier runs' outputs are
+    // not inputs); when it is the input folder itself, only this run's own outputs are left out, below.
+    const skip = resolve(input) === outRoot ? undefined : outRoot;
+    for (const file of await walk(input, skip, formats)) found.push([file, relative(input, file)]);
+  }
+  const outputsOfRun = new Set(found.map(([, rel]) => resolve(join(outDir, withExtension(rel, to, formats)))));
+  for (const path of planned) outputsOfRun.add(resolve(path.output));
+  for (const [file, rel] of found) {
+    if (outputsOfRun.has(resolve(file))) continue;
+    if (await looksLikeItsFormat(file, formats)) add(file, rel);
+    else ignored.push(file);
   }
   return { planned, problems, ignored };
 }
 
-async function walk(dir: string, outRoot: string, formats: readonly TensorFormat[]): Promise<string[]> {
+async function walk(dir: string, outRoot: string | undefined, formats: readonly TensorFormat[]): Promise<string[]> {
   if (resolve(dir) === outRoot) return [];
   const entries = await readdir(dir, { withFileTypes: true });
   entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));

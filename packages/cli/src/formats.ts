@@ -64,13 +64,20 @@ export async function readHead(source: ByteSource): Promise<Uint8Array> {
 
 /**
  * The format of an output: `--to` if given, else its extension.
- * @throws StConvertError `InvalidArgument` when neither tells.
+ * @throws StConvertError `UnknownFormat` when neither tells, or the format can only be read.
  */
 export function detectOutputFormat(path: string, to?: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {
-  if (to !== undefined) return formatByName(to, formats);
-  const byExtension = formatByExtension(path, formats);
-  if (byExtension !== undefined) return byExtension;
-  throw new StConvertError("UnknownFormat", `cannot tell the output format from the file name; pass --to (${formats.map((f) => f.name).join(", ")})`, {
-    file: path,
-  });
+  const writable = formats.filter((f) => f.readOnly !== true);
+  const format = to !== undefined ? formatByName(to, formats) : formatByExtension(path, formats);
+  if (format === undefined) {
+    throw new StConvertError("UnknownFormat", `cannot tell the output format from the file name; pass --to (${writable.map((f) => f.name).join(", ")})`, {
+      file: path,
+    });
+  }
+  if (format.readOnly === true) {
+    throw new StConvertError("UnknownFormat", `${format.name} can be read but not written; write one of ${writable.map((f) => f.name).join(", ")}`, {
+      file: path,
+    });
+  }
+  return format;
 }

@@ -3,7 +3,16 @@
  * `convertMany()` converts files and folders in a batch, `inspect()` lists what a file holds; all
  * behave exactly like the command.
  */
-export { type ConvertOptions, type ConvertResult, type FileReport, type InspectOptions, convert, inspect } from "./convert.js";
+export {
+  type ConvertOptions,
+  type ConvertResult,
+  type FileReport,
+  type InspectOptions,
+  type WarningListener,
+  convert,
+  inspect,
+  unusedFormatOptions,
+} from "./convert.js";
 export {
   type BatchEvent,
   type BatchJob,
@@ -15,6 +24,23 @@ export {
   planBatch,
 } from "./convertMany.js";
 export { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
-export { type CliIo, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main } from "./main.js";
+export { type CliIo, EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main } from "./main.js";
 export { type ProgressLine, createProgressLine, formatSize, renderProgress } from "./progress.js";
-export { type RenameRule, type TransformOptions, parseMetadataEntries, parsePattern, parseRenameRule, transformTensors } from "./transforms.js";
+export {
+  type BatchReport,
+  type ConvertReport,
+  type InfoReport,
+  REPORT_VERSION,
+  type Report,
+  type ReportError,
+} from "./report.js";
+export {
+  type CompiledTransforms,
+  type RenameRule,
+  type TransformOptions,
+  compileTransforms,
+  parseMetadataEntries,
+  parsePattern,
+  parseRenameRule,
+  transformTensors,
+} from "./transforms.js";

@@ -1,13 +1,15 @@
 /**
  * A one-line progress bar on a terminal: bytes, rate and ETA, redrawn in place. It stays silent
  * for short conversions (nothing is drawn during the first half second) and is only used when
- * stderr is a TTY; piped output gets nothing.
+ * stderr is a TTY that can redraw (not `TERM=dumb`); piped output gets nothing. The line never
+ * reaches the terminal's last column, so it never wraps: on a narrow terminal it drops the bar,
+ * then the rate and ETA, then shortens what is left.
  */
 
 /** How a progress line is drawn and cleared. */
 export interface ProgressLine {
-  /** Redraws the line: `label`, `done` of `total` bytes. */
-  update(label: string, done: number, total: number): void;
+  /** Redraws the line: `label`, `done` of `total` bytes (`total` unknown: no percentage, no ETA). */
+  update(label: string, done: number, total: number | undefined): void;
   /** Removes the line (before printing anything else). */
   clear(): void;
 }
@@ -25,7 +27,7 @@ export function createProgressLine(write: (text: string) => void, columns = 80, 
   return {
     update(label, done, total) {
       const t = now();
-      if (t - started < QUIET_START_MS || (t - lastDraw < REDRAW_MS && done < total)) return;
+      if (t - started < QUIET_START_MS || (t - lastDraw < REDRAW_MS && (total === undefined || done < total))) return;
       lastDraw = t;
       drawn = true;
       write(`\r${renderProgress(label, done, total, (t - started) / 1000, columns)}\x1b[K`);
@@ -37,18 +39,40 @@ export function createProgressLine(write: (text: string) => void, columns = 80, 
   };
 }
 
-/** The text of one progress line, at most `columns` wide. */
-export function renderProgress(label: string, done: number, total: number, seconds: number, columns = 80): string {
-  const fraction = total > 0 ? Math.min(done / total, 1) : 1;
+/** Narrowest bar worth drawing, and the widest. */
+const BAR_MIN = 10;
+const BAR_MAX = 30;
+/** Label room below which the label is left out rather than cut to a stub. */
+const LABEL_MIN = 4;
+
+/**
+ * The text of one progress line, shorter than `columns` (the last column is never written: many
+ * terminals wrap as soon as it is filled). Richest layout that fits: bar, figures and label; then
+ * figures and label; then the figures; then the percentage (or bytes) alone, cut to fit.
+ */
+export function renderProgress(label: string, done: number, total: number | undefined, seconds: number, columns = 80): string {
+  const width = Math.max(1, columns - 1);
   const rate = seconds > 0 ? done / seconds : 0;
-  const eta = rate > 0 && total > done ? (total - done) / rate : 0;
-  const stats = `${(fraction * 100).toFixed(0).padStart(3)}% ${formatSize(done)}/${formatSize(total)} ${formatSize(rate)}/s ETA ${formatDuration(eta)}`;
-  const barWidth = Math.max(10, Math.min(30, columns - stats.length - 20));
-  const filled = Math.round(fraction * barWidth);
-  const bar = `[${"=".repeat(filled)}${" ".repeat(barWidth - filled)}]`;
-  const room = columns - bar.length - stats.length - 3;
-  const shownLabel = room <= 3 ? "" : label.length > room ? `…${label.slice(label.length - room + 1)}` : label;
-  return `${bar} ${stats}${shownLabel === "" ? "" : ` ${shownLabel}`}`;
+  const fraction = total === undefined ? undefined : total > 0 ? Math.min(done / total, 1) : 1;
+  const percent = fraction === undefined ? "" : `${(fraction * 100).toFixed(0).padStart(3)}% `;
+  const eta = total !== undefined && rate > 0 && total > done ? (total - done) / rate : 0;
+  const stats =
+    total === undefined
+      ? `${formatSize(done)} ${formatSize(rate)}/s`
+      : `${percent}${formatSize(done)}/${formatSize(total)} ${formatSize(rate)}/s ETA ${formatDuration(eta)}`;
+  const withLabel = (head: string): string => {
+    const room = width - head.length - 1;
+    if (room < LABEL_MIN || label === "") return head;
+    return `${head} ${label.length > room ? `…${label.slice(label.length - room + 1)}` : label}`;
+  };
+  const barWidth = Math.min(BAR_MAX, width - stats.length - 1 - 2 - 20);
+  if (fraction !== undefined && barWidth >= BAR_MIN) {
+    const filled = Math.round(fraction * barWidth);
+    return withLabel(`[${"=".repeat(filled)}${" ".repeat(barWidth - filled)}] ${stats}`);
+  }
+  if (stats.length <= width) return withLabel(stats);
+  const brief = fraction === undefined ? formatSize(done) : percent.trim();
+  return brief.slice(0, width);
 }
 
 /** Bytes with a binary unit: `512 B`, `1.5 MiB`. */

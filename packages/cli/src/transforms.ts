@@ -4,50 +4,96 @@
  */
 import { type Metadata, StConvertError, type TensorEntry, type TensorSource, createMetadata, quoteName } from "@st-convert/core";
 
-/** A rename rule: every match of `pattern` in a name is replaced by `replacement` (`$1` refers to groups). */
+/**
+ * A rename rule: every match of `pattern` in a name is replaced by `replacement` (`$1` refers to
+ * groups). A string pattern is a regular expression's source, compiled with the `u` flag.
+ */
 export interface RenameRule {
-  pattern: RegExp;
+  pattern: RegExp | string;
   replacement: string;
 }
 
-/** What to change on the way through. */
+/** What to change on the way through. Patterns may be `RegExp`s or their sources as strings. */
 export interface TransformOptions {
   /** Keep only tensors whose name matches at least one of these (all, when empty or absent). */
-  filter?: readonly RegExp[];
+  filter?: readonly (RegExp | string)[];
   /** Drop tensors whose name matches any of these (applied after `filter`). */
-  exclude?: readonly RegExp[];
+  exclude?: readonly (RegExp | string)[];
   /** Rules applied in order to each kept name. */
   rename?: readonly RenameRule[];
   /** Metadata entries added to (or replacing those of) the input's metadata. */
   metadata?: Metadata;
 }
 
+/** {@link TransformOptions} checked and compiled once, for use on every tensor. */
+export interface CompiledTransforms {
+  readonly filter: readonly RegExp[];
+  readonly exclude: readonly RegExp[];
+  /** Global copies: String#replace needs the g flag to replace every match. */
+  readonly rename: readonly { pattern: RegExp; replacement: string }[];
+  readonly metadata: Metadata | undefined;
+}
+
+/**
+ * Checks and compiles the options (a library caller may pass strings or values of the wrong type).
+ * @throws StConvertError `InvalidOption` for a pattern that is neither a RegExp nor a valid
+ *   expression's source, or a rule without a string replacement.
+ */
+export function compileTransforms(options: TransformOptions): CompiledTransforms {
+  const patterns = (list: unknown, option: string): RegExp[] => {
+    if (list === undefined) return [];
+    if (!Array.isArray(list)) throw new StConvertError("InvalidOption", `${option} must be a list of regular expressions (RegExp or string)`);
+    return list.map((p) => toRegExp(p, option));
+  };
+  const rules = options.rename ?? [];
+  if (!Array.isArray(rules)) throw new StConvertError("InvalidOption", "rename must be a list of { pattern, replacement } rules");
+  const result: CompiledTransforms = {
+    filter: patterns(options.filter, "filter"),
+    exclude: patterns(options.exclude, "exclude"),
+    rename: rules.map((rule: RenameRule) => {
+      if (typeof rule !== "object" || rule === null || typeof rule.replacement !== "string") {
+        throw new StConvertError("InvalidOption", "a rename rule is { pattern: RegExp | string, replacement: string }");
+      }
+      return { pattern: globalCopy(toRegExp(rule.pattern, "rename")), replacement: rule.replacement };
+    }),
+    metadata: options.metadata,
+  };
+  compiled.add(result);
+  return result;
+}
+
+function toRegExp(pattern: unknown, option: string): RegExp {
+  if (pattern instanceof RegExp) return pattern;
+  if (typeof pattern === "string") return parsePattern(pattern, option);
+  throw new StConvertError("InvalidOption", `${option}: ${String(pattern)} is neither a RegExp nor a string`);
+}
+
+/** True when the filter and exclusions keep the tensor called `name`. */
+export function selects(transforms: CompiledTransforms, name: string): boolean {
+  if (transforms.filter.length > 0 && !transforms.filter.some((re) => matches(re, name))) return false;
+  return !transforms.exclude.some((re) => matches(re, name));
+}
+
 /** True when no option would change anything. */
-export function isIdentity(options: TransformOptions): boolean {
+function isIdentity(transforms: CompiledTransforms): boolean {
   return (
-    (options.filter ?? []).length === 0 &&
-    (options.exclude ?? []).length === 0 &&
-    (options.rename ?? []).length === 0 &&
-    Object.keys(options.metadata ?? {}).length === 0
+    transforms.filter.length === 0 && transforms.exclude.length === 0 && transforms.rename.length === 0 && Object.keys(transforms.metadata ?? {}).length === 0
   );
 }
 
 /**
  * The source with the options applied.
- * @throws StConvertError `InvalidArgument` when renaming makes two tensors share a name.
+ * @throws StConvertError `InvalidArgument` when renaming makes two tensors share a name;
+ *   `InvalidOption` for malformed options (see {@link compileTransforms}).
  */
-export function transformTensors(source: TensorSource, options: TransformOptions): TensorSource {
-  if (isIdentity(options)) return source;
-  const filter = options.filter ?? [];
-  const exclude = options.exclude ?? [];
-  // Global copies made once, not per tensor: String#replace needs the g flag to replace every match.
-  const rename = (options.rename ?? []).map((rule) => ({ pattern: globalCopy(rule.pattern), replacement: rule.replacement }));
+export function transformTensors(source: TensorSource, options: TransformOptions | CompiledTransforms): TensorSource {
+  const transforms = isCompiled(options) ? options : compileTransforms(options);
+  if (isIdentity(transforms)) return source;
   const renamedFrom = new Map<string, string>();
   const tensors: TensorEntry[] = [];
   for (const entry of source.tensors) {
-    if (filter.length > 0 && !filter.some((re) => matches(re, entry.name))) continue;
-    if (exclude.some((re) => matches(re, entry.name))) continue;
-    const name = rename.reduce((n, rule) => n.replace(rule.pattern, rule.replacement), entry.name);
+    if (!selects(transforms, entry.name)) continue;
+    const name = transforms.rename.reduce((n, rule) => n.replace(rule.pattern, rule.replacement), entry.name);
     const clash = renamedFrom.get(name);
     if (clash !== undefined) {
       throw new StConvertError("InvalidArgument", `--rename maps both ${quoteName(clash)} and ${quoteName(entry.name)} to ${quoteName(name)}`, {
@@ -57,7 +103,7 @@ export function transformTensors(source: TensorSource, options: TransformOptions
     renamedFrom.set(name, entry.name);
     tensors.push(name === entry.name ? entry : renamed(entry, name));
   }
-  const extra = options.metadata ?? {};
+  const extra = transforms.metadata ?? {};
   const metadata = Object.keys(extra).length === 0 ? source.metadata : createMetadata([...Object.entries(source.metadata ?? {}), ...Object.entries(extra)]);
   return { metadata, tensors };
 }
@@ -78,6 +124,13 @@ function matches(re: RegExp, name: string): boolean {
   return re.test(name);
 }
 
+function isCompiled(options: TransformOptions | CompiledTransforms): options is CompiledTransforms {
+  return compiled.has(options);
+}
+
+/** Results of {@link compileTransforms}, told apart from raw options without a visible marker. */
+const compiled = new WeakSet<object>();
+
 function globalCopy(re: RegExp): RegExp {
   return re.global ? re : new RegExp(re.source, `${re.flags}g`);
 }
@@ -85,35 +138,35 @@ function globalCopy(re: RegExp): RegExp {
 /**
  * Parses the command line's `--rename FROM=TO` (FROM a regular expression, TO a replacement with
  * `$1`…; the first `=` separates them).
- * @throws StConvertError `InvalidArgument` for a missing `=` or an invalid expression.
+ * @throws StConvertError `InvalidOption` for a missing `=` or an invalid expression.
  */
 export function parseRenameRule(text: string): RenameRule {
   const at = text.indexOf("=");
-  if (at < 0) throw new StConvertError("InvalidArgument", `--rename ${JSON.stringify(text)}: expected FROM=TO (FROM a regular expression)`);
+  if (at < 0) throw new StConvertError("InvalidOption", `--rename ${JSON.stringify(text)}: expected FROM=TO (FROM a regular expression)`);
   return { pattern: parsePattern(text.slice(0, at), "--rename"), replacement: text.slice(at + 1) };
 }
 
 /**
  * A regular expression from the command line.
- * @throws StConvertError `InvalidArgument` when it does not compile.
+ * @throws StConvertError `InvalidOption` when it does not compile.
  */
 export function parsePattern(text: string, option: string): RegExp {
   try {
     return new RegExp(text, "u");
   } catch (error) {
-    throw new StConvertError("InvalidArgument", `${option} ${JSON.stringify(text)}: ${(error as Error).message}`);
+    throw new StConvertError("InvalidOption", `${option} ${JSON.stringify(text)}: ${(error as Error).message}`);
   }
 }
 
 /**
  * Parses `--metadata key=value` entries (the first `=` separates key and value; the value may be empty).
- * @throws StConvertError `InvalidArgument` for an entry without `=` or with an empty key.
+ * @throws StConvertError `InvalidOption` for an entry without `=` or with an empty key.
  */
 export function parseMetadataEntries(entries: readonly string[]): Metadata {
   const metadata = createMetadata();
   for (const entry of entries) {
     const at = entry.indexOf("=");
-    if (at <= 0) throw new StConvertError("InvalidArgument", `--metadata ${JSON.stringify(entry)}: expected KEY=VALUE`);
+    if (at <= 0) throw new StConvertError("InvalidOption", `--metadata ${JSON.stringify(entry)}: expected KEY=VALUE`);
     metadata[entry.slice(0, at)] = entry.slice(at + 1);
   }
   return metadata;

@@ -47,13 +47,13 @@ describe("batch conversion", () => {
     copyFileSync(mixed, join(root, "a.safetensors"));
     copyFileSync(mixed, join(root, "b.safetensors"));
     const out = join(dir, "out");
-    expect(runCli([root, "-o", out, "--to", "safetensors", "--jobs", "1"]).status).toBe(0);
+    expect(runCli([root, "-O", out, "--to", "safetensors", "--jobs", "1"]).status).toBe(0);
     writeFileSync(join(out, "a.safetensors"), "keep me");
-    const again = runCli([root, "-o", out, "--to", "safetensors"]);
+    const again = runCli([root, "-O", out, "--to", "safetensors"]);
     expect(again.status).toBe(0);
     expect(again.stderr).toMatch(/skipped: .*a\.safetensors.*exists/);
     expect(readFileSync(join(out, "a.safetensors"), "utf8")).toBe("keep me");
-    expect(runCli([root, "-o", out, "--to", "safetensors", "--force"]).status).toBe(0);
+    expect(runCli([root, "-O", out, "--to", "safetensors", "--force"]).status).toBe(0);
     expect(readFileSync(join(out, "a.safetensors")).equals(readFileSync(mixed))).toBe(true);
   });
 
@@ -69,9 +69,15 @@ describe("batch conversion", () => {
   it("--json prints a summary with the failure's code and message", () => {
     const root = makeTree();
     const run = runCli([root, "--out-dir", join(dir, "out"), "--to", "safetensors", "--json"]);
-    const summary = JSON.parse(run.stdout) as { converted: unknown[]; failed: { input: string; code: string; message: string }[] };
-    expect(summary.converted).toHaveLength(2);
-    expect(summary.failed).toEqual([expect.objectContaining({ input: join(root, "broken.safetensors"), code: "TensorInvalidInfo" })]);
+    const summary = JSON.parse(run.stdout) as { ok: boolean; files: { input: { file: string }; status: string; error: { code: string } | null }[] };
+    expect(summary.ok).toBe(false);
+    expect(summary.files.filter((f) => f.status === "converted")).toHaveLength(2);
+    expect(summary.files.filter((f) => f.status === "failed")).toEqual([
+      expect.objectContaining({
+        input: { file: join(root, "broken.safetensors"), format: null },
+        error: expect.objectContaining({ code: "TensorInvalidInfo" }),
+      }),
+    ]);
   });
 
   it("takes files and folders together; a missing input is a failure, the others still convert", () => {
@@ -115,7 +121,11 @@ describe("batch conversion", () => {
     });
     expect(summary.failed).toEqual([]);
     expect(events).toContain("planned");
-    expect(events.filter((e) => e === "converted")).toHaveLength(2);
+    // ckpt/step100 holds no weight: skipped, not failed (a single conversion would refuse it).
+    expect(events.filter((e) => e === "converted")).toHaveLength(1);
+    expect(summary.skipped).toEqual([
+      expect.objectContaining({ input: expect.stringMatching(/step100\.safetensors$/), reason: expect.stringMatching(/keeps none/) }),
+    ]);
     expect(events).toContain("progress");
     const info = runCli(["info", join(dir, "out", "model.safetensors"), "--json"]);
     const report = JSON.parse(info.stdout) as { metadata: Record<string, string>; tensors: { name: string }[] };
@@ -133,7 +143,7 @@ describe("batch conversion", () => {
     const run = runCli([root, "--out-dir", join(dir, "out"), "--to", "safetensors"]);
     expect(run.status, run.stderr).toBe(0);
     expect(listFiles(join(dir, "out"))).toEqual(["weights.safetensors"]);
-    expect(run.stderr).toMatch(/ignored 2 file\(s\) whose content is not a tensor file/);
+    expect(run.stderr).toMatch(/ignored 2 files whose content is not a tensor file/);
     // Named explicitly, a non-tensor JSON is attempted and refused.
     expect(runCli([join(root, "config.json"), "--out-dir", join(dir, "out2"), "--to", "safetensors"]).status).toBe(1);
   });

@@ -19,6 +19,7 @@ describe("st-convert basics", () => {
     expect(run.status).toBe(0);
     expect(run.stdout).toContain("st-convert <input> <output>");
     expect(run.stdout).toContain("st-convert info <file>");
+    expect(run.stdout).toContain("st-convert help <command>");
     expect(run.stdout).toMatch(/safetensors\s+\.safetensors/);
   });
 
@@ -55,11 +56,13 @@ describe("st-convert info", () => {
   it.each(Object.entries(manifest))("--json agrees with the reference reader on %s", (name, expected) => {
     const run = runCli(["info", fixturePath("safetensors", name), "--json"]);
     expect(run.status).toBe(0);
-    const report = JSON.parse(run.stdout) as { format: string; metadata: unknown; tensors: { name: string }[] };
-    expect(report.format).toBe("safetensors");
+    const report = JSON.parse(run.stdout) as { input: { format: string }; metadata: unknown; tensors: { name: string; bytes?: number }[] };
+    expect(report.input.format).toBe("safetensors");
     expect(report.metadata).toEqual(expected.metadata);
     const sort = (ts: { name: string }[]) => [...ts].sort((a, b) => (a.name < b.name ? -1 : 1));
-    expect(sort(report.tensors)).toEqual(sort(expected.tensors.map(({ name, dtype, shape }) => ({ name, dtype, shape }))));
+    expect(sort(report.tensors)).toEqual(
+      sort(expected.tensors.map(({ name, dtype, shape, data_offsets }) => ({ name, dtype, shape, bytes: data_offsets[1] - data_offsets[0] }))),
+    );
   });
 
   it("prints a table with totals and the parameter count", () => {
@@ -160,7 +163,7 @@ describe("st-convert safetensors -> safetensors", () => {
     copyFileSync(fixturePath("safetensors", "mixed.safetensors"), input);
     const run = runCli([input, join(dir, "out.safetensors"), "--json"]);
     expect(run.status).toBe(0);
-    expect(JSON.parse(run.stdout)).toMatchObject({ inputFormat: "safetensors", outputFormat: "safetensors", tensors: 8 });
+    expect(JSON.parse(run.stdout)).toMatchObject({ ok: true, input: { format: "safetensors" }, output: { format: "safetensors" }, tensors: 8 });
     expect(existsSync(join(dir, "out.safetensors"))).toBe(true);
   });
 

@@ -38,7 +38,9 @@ describe("installed from the packed tarballs", () => {
 
   it("packs every published package with exact versions instead of workspace ranges", () => {
     const lock = JSON.parse(readFileSync(join(app, "node_modules", "st-convert", "package.json"), "utf8")) as { dependencies: Record<string, string> };
-    expect(Object.keys(lock.dependencies).sort()).toEqual(["@st-convert/core", "@st-convert/flax", "@st-convert/json", "@st-convert/npy"]);
+    const source = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { dependencies: Record<string, string> };
+    expect(Object.keys(lock.dependencies).sort()).toEqual(Object.keys(source.dependencies).sort());
+    expect(Object.keys(lock.dependencies)).toContain("@st-convert/core");
     for (const range of Object.values(lock.dependencies)) expect(range).toMatch(/^\d+\.\d+\.\d+$/);
   });
 
@@ -58,7 +60,7 @@ describe("installed from the packed tarballs", () => {
       ["from-npz.npz", "npz"],
     ] as const) {
       expect(npx("from-npz.safetensors", file).status).toBe(0);
-      const info = JSON.parse(npx("info", file, "--json").stdout) as { format: string; tensors: unknown[] };
+      const info = JSON.parse(npx("info", file, "--json").stdout) as { input: { format: string }; tensors: unknown[] };
       expect(info).toMatchObject({ format });
       expect(info.tensors).toHaveLength(8);
     }
@@ -80,7 +82,7 @@ describe("installed from the packed tarballs", () => {
     expect(run.status, run.stderr).toBe(0);
     expect(readFileSync(join(app, "out.safetensors")).equals(readFileSync(fixturePath("safetensors", "mixed.safetensors")))).toBe(true);
     const info = npx("info", "out.safetensors", "--json");
-    expect(JSON.parse(info.stdout)).toMatchObject({ format: "safetensors", metadata: { format: "pt" } });
+    expect(JSON.parse(info.stdout)).toMatchObject({ input: { format: "safetensors" }, metadata: { format: "pt" } });
     const python = referencePython();
     if (python !== undefined) {
       const view = JSON.parse(runPython(python, "reference_safetensors.py", ["read", join(app, "out.safetensors")])) as { ok: boolean; tensors: unknown[] };

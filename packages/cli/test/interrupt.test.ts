@@ -34,18 +34,22 @@ describe("interrupting a conversion", () => {
     expect(readdirSync(dir)).toEqual(["in.safetensors"]);
   });
 
-  it("Ctrl-C (SIGINT) stops the command with status 130 and leaves nothing behind", async () => {
+  it.each([
+    ["Ctrl-C", "SIGINT", 130],
+    ["a kill", "SIGTERM", 143],
+    ["a closed terminal or ssh session", "SIGHUP", 129],
+  ] as const)("%s (%s) stops the command with status %i and leaves nothing behind", async (_what, signal, status) => {
     const input = join(dir, "in.safetensors");
     sparseSafetensors(input, 2 * 1024 * 1024 * 1024);
     const child = spawn(process.execPath, [CLI_PATH, input, join(dir, "out.safetensors")], { stdio: ["ignore", "ignore", "pipe"] });
     let stderr = "";
     child.stderr.on("data", (d) => (stderr += d));
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
-    // Wait until the temporary output exists, i.e. the conversion is under way.
-    const deadline = Date.now() + 10_000;
-    while (!readdirSync(dir).some((f) => f.endsWith(".tmp")) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
-    child.kill("SIGINT");
-    expect(await exited).toBe(130);
+    // Wait until the temporary output exists, i.e. the conversion is under way (however long the
+    // machine takes to get there: the test's own timeout catches a hang).
+    while (!readdirSync(dir).some((f) => f.endsWith(".tmp"))) await new Promise((r) => setTimeout(r, 5));
+    child.kill(signal);
+    expect(await exited).toBe(status);
     expect(readdirSync(dir)).toEqual(["in.safetensors"]);
     expect(stderr).toMatch(/stopped|Aborted/);
   });

@@ -55,7 +55,7 @@ describe("--metadata, --rename, --filter, --exclude", () => {
 
   it("applies to info too", () => {
     const run = runCli(["info", mixed, "--filter", "^step$", "--json"]);
-    expect(JSON.parse(run.stdout).tensors).toEqual([{ name: "step", dtype: "I64", shape: [] }]);
+    expect(JSON.parse(run.stdout).tensors).toEqual([{ name: "step", dtype: "I64", shape: [], bytes: 8 }]);
   });
 
   it("refuses a rename that merges two tensors, with exit 1 and both names", () => {

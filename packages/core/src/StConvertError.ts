@@ -37,6 +37,8 @@ export type CommonErrorCode =
   | "ByteLengthMismatch"
   /** Reading or writing a file failed at the operating-system level. */
   | "Io"
+  /** The reader of a pipe or socket went away (EPIPE, as after `| head`): a command may end quietly. */
+  | "BrokenPipe"
   /** The target exists and replacing it was not asked for. */
   | "OutputExists"
   /** The caller passed options that contradict each other or the input. */

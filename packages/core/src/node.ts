@@ -2,10 +2,11 @@
  * `@st-convert/core/node`: byte sources and sinks over files, for Node. The rest of core never
  * touches `node:fs`, so it runs in browsers too.
  */
-import { readSync } from "node:fs";
-import { type FileHandle, link, open, rename, stat, unlink } from "node:fs/promises";
+import { type Stats, constants, fstatSync, readSync, write } from "node:fs";
+import { type FileHandle, link, lstat, open, readdir, readlink, realpath, rename, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { basename, dirname, join } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { type ByteSink, type ByteSource, type ScratchSpace, checkRange } from "./ByteSource.js";
 import { StConvertError, isStConvertError, withContext } from "./StConvertError.js";
 
@@ -91,70 +92,242 @@ function advance(bytesRead: number, offset: number, filled: number, length: numb
 
 /** Options of {@link createFileSink}. */
 export interface FileSinkOptions {
-  /** Replace an existing file at the target. Default false: an existing target is never touched. */
+  /**
+   * Replace an existing regular file at the target (or at the file a symbolic link there points
+   * to). Default false: an existing file is never touched. Pipes and character devices are written
+   * into with or without it; directories and other kinds of file are refused even with it.
+   */
   force?: boolean;
 }
 
-/** A {@link ByteSink} that writes a file atomically; `path` is the target. */
-export interface FileSink extends ByteSink {
+/**
+ * A sink that writes a file atomically: into a temporary file beside the target, put in place on
+ * `close()`, removed on `abort()`.
+ */
+export interface AtomicFileSink extends ByteSink {
+  readonly kind: "file";
+  /** The path as given. */
   readonly name: string;
-  /** The temporary file beside the target that receives the bytes until `close()`. */
+  /** Where the file lands: the path itself, or the file a symbolic link there resolves to. */
+  readonly targetPath: string;
+  /** The temporary file beside `targetPath` that receives the bytes until `close()`. */
   readonly tempPath: string;
 }
 
 /**
- * A sink that writes to a temporary file beside `path` and puts it in place on `close()`; `abort()`
- * removes it. A failed or interrupted conversion therefore leaves no partial file, and an existing
- * target is replaced only with `force` (without it, the final step is a hard link, which fails if
- * the target appeared meanwhile).
- * @throws StConvertError `OutputExists` when the target exists and `force` is not set; `Io`.
+ * A sink that writes straight into a pipe, a character device or an open descriptor: nothing is
+ * created, renamed or removed, so what a reader has received stays received even if `abort()` follows.
+ */
+export interface StreamSink extends ByteSink {
+  readonly kind: "stream";
+  /** The path or label as given. */
+  readonly name: string;
+}
+
+/** What {@link createFileSink} makes: `kind` tells whether the output appears atomically. */
+export type FileSink = AtomicFileSink | StreamSink;
+
+/**
+ * Writes below this size are copied into the sink's buffer instead of making a write each: a copy
+ * of 64 KiB takes a few µs, a write through Node's thread pool costs tens of µs however small it is
+ * (a checkpoint of 50,000 tiny tensors made 50,000 of them).
+ */
+export const SINK_COALESCE_BELOW = 64 * 1024;
+
+/**
+ * Size of a sink's buffer for small writes, written out when full, before a large write and on
+ * `close()`: one write per MiB of small chunks, and little memory for each open sink.
+ */
+export const SINK_BUFFER_SIZE = 1024 * 1024;
+
+/** Symbolic links followed from an output path before giving up: Linux's own limit (MAXSYMLINKS). */
+const MAX_SYMLINK_HOPS = 40;
+
+/**
+ * Waits after EAGAIN, which a descriptor that another part of the process made non-blocking (Node
+ * does that to a pipe on stdout once `process.stdout` is used) returns while the reader is behind.
+ * Node cannot wait for such a descriptor to become writable, so the write is retried after a pause
+ * that doubles from 1 ms up to 32 ms, short enough to keep a pipe busy, long enough not to spin.
+ */
+const EAGAIN_FIRST_WAIT_MS = 1;
+const EAGAIN_MAX_WAIT_MS = 32;
+
+/**
+ * Opens the output at `path`, choosing by what is there:
+ * - nothing: a temporary file beside it (mode 0666 less the umask) is hard-linked into place on
+ *   `close()`, so a file that appeared meanwhile is not clobbered without `force`;
+ * - a regular file: replaced only with `force`; the new file keeps its permission bits (and, where
+ *   the process may set them, its owner and group), set before any byte is written;
+ * - a symbolic link: followed, and the rules above apply where it leads, so the link stays a link
+ *   and the file it points to is replaced (a dangling link: the file it names is created, if its
+ *   folder exists);
+ * - a FIFO or a character device (`/dev/null`, a terminal): opened and written into, with or without
+ *   `force`, never renamed over or removed (`kind: "stream"`; opening a FIFO waits for its reader);
+ * - one of this process's own descriptors (`/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N`): written
+ *   into at its position, as {@link createDescriptorSink} does, whatever it is open on.
+ * Small writes are gathered into a buffer ({@link SINK_BUFFER_SIZE}); `close()` writes it out.
+ * @throws StConvertError `OutputExists` for an existing file without `force`; `Io` for a directory
+ *   (also any path ending in a separator), a block device, a socket or another kind of file (even
+ *   with `force`, and nothing is touched), for a link loop, or when the output cannot be created.
  */
 export async function createFileSink(path: string, options: FileSinkOptions = {}): Promise<FileSink> {
   const force = options.force ?? false;
-  if (!force && (await exists(path))) {
-    throw new StConvertError("OutputExists", "the output exists; pass --force (or { force: true }) to replace it", { file: path });
+  const output = await resolveOutput(path);
+  switch (output.kind) {
+    case "missing":
+      return atomicSink(path, output.path, undefined, force);
+    case "file":
+      if (!force) {
+        const rule = output.path === path ? "the output exists" : `the output's link points to an existing file (${output.path})`;
+        throw new StConvertError("OutputExists", `${rule}; pass --force (or { force: true }) to replace it`, { file: path });
+      }
+      return atomicSink(path, output.path, output.info, force);
+    case "device":
+      return deviceSink(path, output.path);
+    case "descriptor":
+      return createDescriptorSink(output.fd, path);
   }
-  const tempPath = join(dirname(path), `.${basename(path)}.${uniqueTag()}.tmp`);
+}
+
+/**
+ * A sink that writes into an open descriptor at its position (stdout for an output of `-`):
+ * nothing is created, renamed or removed, and `close()` writes out the buffered bytes but leaves
+ * the descriptor open (it is the caller's). Small writes are gathered as in {@link createFileSink}.
+ * A reader that went away (EPIPE, as after `| head`) fails the write with `BrokenPipe`, which a
+ * command may treat as a quiet end; a non-blocking descriptor that is full is waited for.
+ * @throws StConvertError `Io` when `fd` is not open, or is a directory or a block device.
+ */
+export function createDescriptorSink(fd: number, name = `descriptor ${fd}`): StreamSink {
+  let info: Stats;
+  try {
+    info = fstatSync(fd);
+  } catch (error) {
+    throw ioError(error, name, "cannot write to the descriptor");
+  }
+  // Already open for us (a socket or a redirected file included): only what nothing writes to is refused.
+  if (info.isDirectory() || info.isBlockDevice()) throw new StConvertError("Io", refusal(info), { file: name });
+  const out = (bytes: Uint8Array, offset: number, length: number) =>
+    new Promise<number>((resolve, reject) => write(fd, bytes, offset, length, null, (error, written) => (error === null ? resolve(written) : reject(error))));
+  return streamSink(name, out, async () => {});
+}
+
+/** Where an output path leads, after following symbolic links. */
+type Output =
+  | { kind: "missing"; path: string }
+  | { kind: "file"; path: string; info: Stats }
+  | { kind: "device"; path: string }
+  | { kind: "descriptor"; fd: number };
+
+/** Follows `path` through symbolic links to what the output will be; refuses what it must not write. */
+async function resolveOutput(path: string): Promise<Output> {
+  if (path === "") throw new StConvertError("Io", "an empty path names no file", { file: path });
+  if (path.endsWith("/") || (process.platform === "win32" && path.endsWith("\\"))) {
+    throw new StConvertError("Io", "is a directory (the path ends with a separator); name a file", { file: path });
+  }
+  let current = path;
+  for (let hops = 0; ; hops++) {
+    const fd = ownDescriptor(current);
+    if (fd !== undefined) return { kind: "descriptor", fd };
+    const through = current === path ? "" : `the link's target ${current} `;
+    let info: Stats;
+    try {
+      info = await lstat(current);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return { kind: "missing", path: current };
+      throw ioError(error, path, `cannot check ${through || "the output"}`.trimEnd());
+    }
+    if (!info.isSymbolicLink()) {
+      if (info.isFile()) return { kind: "file", path: current, info };
+      if (info.isFIFO() || info.isCharacterDevice()) return { kind: "device", path: current };
+      throw new StConvertError("Io", `${through}${refusal(info)}`, { file: path });
+    }
+    if (hops === MAX_SYMLINK_HOPS) throw new StConvertError("Io", `more than ${MAX_SYMLINK_HOPS} symbolic links in a row (a loop?)`, { file: path });
+    try {
+      // Relative to the link's real folder, as the system resolves it: a lexical `..` after a
+      // linked folder would land elsewhere.
+      current = resolve(await realpath(dirname(current)), await readlink(current));
+    } catch (error) {
+      throw ioError(error, path, "cannot follow the symbolic link");
+    }
+  }
+}
+
+/**
+ * The descriptor that a path names when it is one of this process's own (`/dev/fd/N`,
+ * `/proc/self/fd/N`; `/dev/stdout` links to one of them): writing to it in place keeps the
+ * caller's redirection (`>>` appends), where opening the path anew would start at byte 0.
+ */
+function ownDescriptor(path: string): number | undefined {
+  if (process.platform === "win32") return undefined;
+  const match = /^\/(?:dev\/fd|proc\/(?:self|thread-self|(\d+))\/fd)\/(\d+)$/.exec(resolve(path));
+  if (match === null || (match[1] !== undefined && Number(match[1]) !== process.pid)) return undefined;
+  return Number(match[2]);
+}
+
+const WRITABLE_KINDS = "st-convert writes only regular files, pipes (FIFOs) and character devices";
+
+/** Why a file of this kind cannot be written as an output. */
+function refusal(info: Stats): string {
+  if (info.isDirectory()) return "is a directory; name a file";
+  if (info.isBlockDevice()) return `is a block device; ${WRITABLE_KINDS}`;
+  if (info.isSocket()) return `is a socket; ${WRITABLE_KINDS}`;
+  return `is not a regular file; ${WRITABLE_KINDS}`;
+}
+
+/** The sink of {@link createFileSink} for a missing target or a regular file (`existing`). */
+async function atomicSink(name: string, targetPath: string, existing: Stats | undefined, force: boolean): Promise<AtomicFileSink> {
+  const tempPath = join(dirname(targetPath), `.${basename(targetPath)}.${uniqueTag()}.tmp`);
   let handle: FileHandle | undefined;
   try {
-    handle = await open(tempPath, "wx");
+    // Replacing a file: private until it has the replaced file's mode, set before any byte is written.
+    handle = await open(tempPath, "wx", existing === undefined ? 0o666 : 0o600);
+    if (existing !== undefined) await keepOwnerAndMode(handle, existing);
   } catch (error) {
-    throw ioError(error, path, "cannot create the output");
+    await handle?.close().catch(() => {});
+    if (handle !== undefined) await unlink(tempPath).catch(() => {});
+    throw ioError(error, name, targetPath === name ? "cannot create the output" : `cannot create the output's link target ${targetPath}`);
   }
+  const file = handle;
+  const writer = new CoalescingWriter((bytes, offset, length) => file.write(bytes, offset, length, null).then((r) => r.bytesWritten));
   let state: "open" | "closed" | "aborted" = "open";
-
+  let closed = false;
   const release = async (): Promise<void> => {
-    const h = handle;
-    handle = undefined;
-    await h?.close();
+    if (closed) return;
+    closed = true;
+    await file.close();
   };
 
-  const sink: FileSink = {
-    name: path,
+  const sink: AtomicFileSink = {
+    kind: "file",
+    name,
+    targetPath,
     tempPath,
     async write(chunk) {
-      if (state !== "open" || handle === undefined) throw new StConvertError("Io", `write to a ${state} sink`, { file: path });
+      if (state !== "open") throw new StConvertError("Io", `write to a ${state} sink`, { file: name });
       try {
-        await writeAll(handle, chunk);
+        await writer.write(chunk);
       } catch (error) {
-        throw ioError(error, path, "write failed");
+        throw ioError(error, name, "write failed");
       }
     },
     async close() {
-      if (state !== "open") throw new StConvertError("Io", `close of a ${state} sink`, { file: path });
+      if (state !== "open") throw new StConvertError("Io", `close of a ${state} sink`, { file: name });
       try {
+        await writer.flush().catch((error: unknown) => {
+          throw ioError(error, name, "write failed");
+        });
         await release();
-        if (force) await rename(tempPath, path);
-        else await linkIntoPlace(tempPath, path);
+        await putInPlace(tempPath, targetPath, name, force);
         state = "closed";
       } catch (error) {
         await sink.abort();
-        throw ioError(error, path, "cannot put the output in place");
+        throw ioError(error, name, "cannot put the output in place");
       }
     },
     async abort() {
       if (state === "closed") return;
       state = "aborted";
+      writer.discard();
       try {
         await release();
       } catch {
@@ -166,22 +339,291 @@ export async function createFileSink(path: string, options: FileSinkOptions = {}
   return sink;
 }
 
+/**
+ * Gives a replacement the replaced file's permission bits (as `cp` onto an existing file leaves
+ * them), and its owner and group where this process may (root; a group the user is in). The
+ * set-user-ID, set-group-ID and sticky bits are not carried over to new bytes. Where the file
+ * system refuses, the replacement keeps what it has: 0600 and this process's owner, never wider.
+ */
+async function keepOwnerAndMode(handle: FileHandle, existing: Stats): Promise<void> {
+  const mine = await handle.stat();
+  if (mine.uid !== existing.uid || mine.gid !== existing.gid) {
+    await handle.chown(existing.uid, existing.gid).catch(() => {
+      // Not ours to give away (EPERM): the file belongs to whoever writes it, as with any new file.
+    });
+  }
+  await handle.chmod(existing.mode & 0o777).catch(() => {
+    // A file system without Unix modes (some network and FUSE mounts).
+  });
+}
+
+/**
+ * Moves the finished temporary file to the target, deciding on what is there now: nothing (a hard
+ * link, which fails if a file appears meanwhile), a regular file (renamed over, with `force`), or
+ * anything else (refused: a directory, a link or a device that appeared while converting is never
+ * replaced).
+ */
+async function putInPlace(tempPath: string, targetPath: string, name: string, force: boolean): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    let now: Stats | undefined;
+    try {
+      now = await lstat(targetPath);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+    }
+    if (now === undefined) {
+      try {
+        await linkIntoPlace(tempPath, targetPath, name);
+        return;
+      } catch (error) {
+        // With force, a regular file that appeared between the check and the link is replaced.
+        if (force && attempt === 0 && isStConvertError(error) && error.code === "OutputExists") continue;
+        throw error;
+      }
+    }
+    if (!now.isFile()) {
+      throw new StConvertError("Io", `${targetPath} became another kind of file while converting; it was left untouched`, { file: name });
+    }
+    if (!force) throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: name });
+    await rename(tempPath, targetPath);
+    return;
+  }
+}
+
 /** Moves the temporary file to the target only if no file is there (link fails with EEXIST). */
-async function linkIntoPlace(tempPath: string, path: string): Promise<void> {
+async function linkIntoPlace(tempPath: string, path: string, name: string): Promise<void> {
   try {
     await link(tempPath, path);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === "EEXIST") throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: path });
+    if (code === "EEXIST") throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: name });
     // File systems without hard links: check, then rename (a small race, but no worse than most tools).
     if (code === "EPERM" || code === "ENOTSUP" || code === "EOPNOTSUPP" || code === "EXDEV" || code === "ENOSYS") {
-      if (await exists(path)) throw new StConvertError("OutputExists", "the output appeared while converting", { file: path });
+      if (await exists(path)) throw new StConvertError("OutputExists", "the output appeared while converting", { file: name });
       await rename(tempPath, path);
       return;
     }
     throw error;
   }
   await unlink(tempPath);
+}
+
+/** The sink of {@link createFileSink} for a FIFO or a character device: opened and written into. */
+async function deviceSink(name: string, path: string): Promise<StreamSink> {
+  let handle: FileHandle | undefined;
+  try {
+    // Neither O_CREAT nor O_TRUNC: if the device went away, nothing is created in its place.
+    handle = await open(path, constants.O_WRONLY | (constants.O_NOCTTY ?? 0));
+    const info = await handle.stat();
+    if (!info.isFIFO() && !info.isCharacterDevice()) {
+      throw new StConvertError("Io", `${path} changed into another kind of file while it was opened; it was left untouched`);
+    }
+  } catch (error) {
+    await handle?.close().catch(() => {});
+    throw ioError(error, name, "cannot open the output for writing");
+  }
+  const device = handle;
+  return streamSink(
+    name,
+    (bytes, offset, length) => device.write(bytes, offset, length, null).then((r) => r.bytesWritten),
+    () => device.close(),
+  );
+}
+
+/** A {@link StreamSink} over `out`, one write of at most `length` bytes; `release` ends it. */
+function streamSink(name: string, out: WriteOnce, release: () => Promise<void>): StreamSink {
+  const writer = new CoalescingWriter(out);
+  let state: "open" | "closed" | "aborted" = "open";
+  let released = false;
+  const end = async (): Promise<void> => {
+    if (released) return;
+    released = true;
+    await release();
+  };
+  return {
+    kind: "stream",
+    name,
+    async write(chunk) {
+      if (state !== "open") throw new StConvertError("Io", `write to a ${state} sink`, { file: name });
+      try {
+        await writer.write(chunk);
+      } catch (error) {
+        throw ioError(error, name, "write failed");
+      }
+    },
+    async close() {
+      if (state !== "open") throw new StConvertError("Io", `close of a ${state} sink`, { file: name });
+      try {
+        await writer.flush();
+        await end();
+        state = "closed";
+      } catch (error) {
+        state = "aborted";
+        await end().catch(() => {});
+        throw ioError(error, name, "write failed");
+      }
+    },
+    async abort() {
+      if (state === "closed") return;
+      state = "aborted";
+      writer.discard();
+      await end().catch(() => {});
+    },
+  };
+}
+
+/** One write of up to `length` bytes of `bytes` from `offset`; resolves to the count written. */
+type WriteOnce = (bytes: Uint8Array, offset: number, length: number) => Promise<number>;
+
+/**
+ * Writes in order, gathering chunks below {@link SINK_COALESCE_BELOW} into one buffer. A small
+ * chunk is copied, so its promise may settle before it reaches the file (the caller may then reuse
+ * it, as `pipeTensor` does); a large chunk is written from the caller's memory, all of it, before
+ * its promise settles. Once a write failed, every later one fails with the same error.
+ */
+class CoalescingWriter {
+  readonly #out: WriteOnce;
+  #buffer: Uint8Array | undefined;
+  #filled = 0;
+  #queue: Promise<void> = Promise.resolve();
+  #failure: { error: unknown } | undefined;
+
+  constructor(out: WriteOnce) {
+    this.#out = out;
+  }
+
+  write(chunk: Uint8Array): Promise<void> {
+    return this.#enqueue(() => this.#put(chunk));
+  }
+
+  /** Writes out what is buffered. */
+  flush(): Promise<void> {
+    return this.#enqueue(() => this.#drain());
+  }
+
+  /** Forgets what is buffered (the output is being abandoned). */
+  discard(): void {
+    this.#buffer = undefined;
+    this.#filled = 0;
+  }
+
+  #enqueue(step: () => Promise<void>): Promise<void> {
+    const done = this.#queue.then(async () => {
+      if (this.#failure !== undefined) throw this.#failure.error;
+      try {
+        await step();
+      } catch (error) {
+        this.#failure = { error };
+        throw error;
+      }
+    });
+    this.#queue = done.catch(() => {});
+    return done;
+  }
+
+  async #put(chunk: Uint8Array): Promise<void> {
+    if (chunk.byteLength >= SINK_COALESCE_BELOW) {
+      await this.#drain();
+      await writeFully(this.#out, chunk);
+      return;
+    }
+    if (this.#filled + chunk.byteLength > SINK_BUFFER_SIZE) await this.#drain();
+    this.#buffer ??= new Uint8Array(SINK_BUFFER_SIZE);
+    this.#buffer.set(chunk, this.#filled);
+    this.#filled += chunk.byteLength;
+  }
+
+  async #drain(): Promise<void> {
+    if (this.#filled === 0 || this.#buffer === undefined) return;
+    await writeFully(this.#out, this.#buffer.subarray(0, this.#filled));
+    this.#filled = 0;
+  }
+}
+
+/** Writes all of `bytes` through `out`, waiting out EAGAIN (see {@link EAGAIN_FIRST_WAIT_MS}). */
+async function writeFully(out: WriteOnce, bytes: Uint8Array): Promise<void> {
+  let wait = EAGAIN_FIRST_WAIT_MS;
+  for (let done = 0; done < bytes.byteLength; ) {
+    let written: number;
+    try {
+      written = await out(bytes, done, bytes.byteLength - done);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EAGAIN") throw error;
+      await sleep(wait);
+      wait = Math.min(2 * wait, EAGAIN_MAX_WAIT_MS);
+      continue;
+    }
+    // Never for files, pipes or devices that work; looping on it would never end.
+    if (written === 0) throw new StConvertError("Io", `the output took none of ${bytes.byteLength - done} bytes`);
+    done += written;
+    wait = EAGAIN_FIRST_WAIT_MS;
+  }
+}
+
+/**
+ * Removes the temporary files that interrupted runs (killed, or stopped by a signal they could not
+ * handle) left beside the output `path`: files named exactly as {@link createFileSink} names them
+ * for this target (`.NAME.PID-TAG.tmp`), regular files only, whose process no longer exists. A
+ * process that exists (even one this process may not signal) keeps its files, and so does this
+ * process. When `path` is a symbolic link, the folder of the file it leads to is cleaned too.
+ * Best effort: a file that cannot be removed is left, and a missing folder removes nothing.
+ * A process of another machine sharing the folder (NFS) or of another PID namespace looks gone:
+ * do not call this where such writers share the output folder.
+ * @returns The paths removed.
+ */
+export async function removeStaleTempFiles(path: string): Promise<string[]> {
+  const targets = [path];
+  try {
+    const output = await resolveOutput(path);
+    if (output.kind === "missing" || output.kind === "file") targets.push(output.path);
+  } catch {
+    // Not a file output (a directory, a device): only the path's own folder is looked at.
+  }
+  const removed: string[] = [];
+  const seen = new Set<string>();
+  for (const target of targets) {
+    if (target === "" || target.endsWith("/") || seen.has(resolve(target))) continue;
+    seen.add(resolve(target));
+    const dir = dirname(target);
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch {
+      continue;
+    }
+    for (const entry of names) {
+      const pid = tempFilePid(entry, basename(target));
+      if (pid === undefined || processExists(pid)) continue;
+      const candidate = join(dir, entry);
+      try {
+        if (!(await lstat(candidate)).isFile()) continue;
+        await unlink(candidate);
+        removed.push(candidate);
+      } catch {
+        // Gone already, or not ours to remove: left as it is.
+      }
+    }
+  }
+  return removed;
+}
+
+/** The process id in a temporary file name of {@link createFileSink} for `base`, or undefined. */
+function tempFilePid(entry: string, base: string): number | undefined {
+  const prefix = `.${base}.`;
+  if (!entry.startsWith(prefix) || !entry.endsWith(".tmp")) return undefined;
+  const match = /^([1-9]\d{0,9})-[0-9a-z]{1,8}$/.exec(entry.slice(prefix.length, -".tmp".length));
+  return match === null ? undefined : Number(match[1]);
+}
+
+/** False only when the system says no such process exists (ESRCH); EPERM means it does. */
+function processExists(pid: number): boolean {
+  if (pid === process.pid) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code !== "ESRCH";
+  }
 }
 
 /** Options of {@link createScratchFile}. */
@@ -248,7 +690,7 @@ export async function createScratchFile(options: ScratchFileOptions = {}): Promi
  * about 4 ms of start-up to every conversion.)
  */
 function uniqueTag(): string {
-  return `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+  return `${process.pid}-${Math.random().toString(36).slice(2, 10).padEnd(8, "0")}`;
 }
 
 /** Writes all of `chunk`: at `position` when given, else at the file's own position. */
@@ -259,9 +701,10 @@ async function writeAll(handle: FileHandle, chunk: Uint8Array, position?: number
   }
 }
 
+/** Whether anything, even a dangling symbolic link, is at `path`. */
 async function exists(path: string): Promise<boolean> {
   try {
-    await stat(path);
+    await lstat(path);
     return true;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
@@ -269,21 +712,30 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
-/** Wraps an operating-system error in an `Io` StConvertError with a readable rule; passes our own errors through. */
+/** Readable rules for the operating-system errors that users meet. */
+const IO_REASONS: Readonly<Record<string, string>> = {
+  ENOENT: "no such file or directory",
+  EACCES: "permission denied",
+  EPERM: "permission denied",
+  EISDIR: "is a directory",
+  ENOTDIR: "a part of the path is not a directory",
+  ELOOP: "too many symbolic links",
+  ENOSPC: "no space left on the device",
+  EROFS: "read-only file system",
+  ENXIO: "no such device (or no reader on the pipe)",
+  EBADF: "not an open descriptor, or not open for writing",
+};
+
+/**
+ * Wraps an operating-system error in an `Io` StConvertError with a readable rule (`BrokenPipe` when
+ * the reader of a pipe or socket went away); passes our own errors through.
+ */
 function ioError(error: unknown, file: string, what: string): unknown {
   if (isStConvertError(error)) return withContext(error, { file });
   const code = (error as NodeJS.ErrnoException | undefined)?.code;
-  const reason =
-    code === "ENOENT"
-      ? "no such file or directory"
-      : code === "EACCES" || code === "EPERM"
-        ? "permission denied"
-        : code === "EISDIR"
-          ? "is a directory"
-          : code === "ENOSPC"
-            ? "no space left on the device"
-            : code === "EROFS"
-              ? "read-only file system"
-              : ((error as Error | undefined)?.message ?? String(error));
+  if (code === "EPIPE" || code === "ECONNRESET") {
+    return new StConvertError("BrokenPipe", `${what}: the reader closed the pipe`, { file, cause: error });
+  }
+  const reason = (code === undefined ? undefined : IO_REASONS[code]) ?? (error as Error | undefined)?.message ?? String(error);
   return new StConvertError("Io", `${what}: ${reason}`, { file, cause: error });
 }

@@ -13,6 +13,7 @@ describe("file sink", () => {
   it("writes to a temporary file and renames it into place on close", async () => {
     const target = join(dir, "out.bin");
     const sink = await createFileSink(target);
+    if (sink.kind !== "file") throw new Error(`expected an atomic file sink, got ${sink.kind}`);
     await sink.write(Uint8Array.of(1, 2, 3));
     expect(existsSync(target)).toBe(false);
     expect(existsSync(sink.tempPath)).toBe(true);

@@ -1,0 +1,90 @@
+/** `st-convert [convert] <input> <output>`: one file into another. */
+import type { ByteSink, ByteSource } from "@st-convert/core";
+import { CONVERT_OPTIONS, GLOBAL_OPTIONS, SELECTION_OPTIONS, UsageError, WRITE_OPTIONS, stringValue } from "./cliOptions.js";
+import { type Command, EXIT_OK, printReport } from "./command.js";
+import { convert } from "./convert.js";
+import { formatLines, formatOptionLines, optionLines, section } from "./helpText.js";
+import { formatSize } from "./progress.js";
+import { commonConvertOptions } from "./sharedOptions.js";
+import { STDIN_NAME, STDOUT_NAME } from "./stdio.js";
+import { plural } from "./text.js";
+
+const OPTIONS = { ...SELECTION_OPTIONS, ...WRITE_OPTIONS, ...CONVERT_OPTIONS };
+
+export const convertCommand: Command = {
+  name: "convert",
+  summary: "convert one file into another (the default command: the word convert may be left out)",
+  options: OPTIONS,
+  takesFormatOptions: true,
+  help: (formats, formatOptions) => `Usage: st-convert [convert] <input> <output> [options]
+       st-convert [convert] <input> -o <output> [options]
+
+Converts one tensor file into another. The formats come from the file names (the longest known
+extension), else from --from/--to; an input whose name says nothing is recognised by its content.
+The output is written to a temporary file beside it and renamed into place only on success; an
+existing output is replaced only with --force, keeping its permissions. A FIFO or a character
+device (/dev/stdout) is written through, never replaced; a directory is refused.
+
+- as the input reads stdin (the format from --from, else from the content); stdin that is not a
+file is first copied to a scratch file in the temporary folder (TMPDIR), since readers need random
+access. - as the output writes stdout (--to is then needed); with --json the report then goes to
+stderr. A reader that goes away (| head) ends the conversion quietly with status 141.
+${section("Options", optionLines(OPTIONS))}${section("Global options", optionLines(GLOBAL_OPTIONS))}${section("Format options", formatOptionLines(formats, formatOptions))}${section("Formats", formatLines(formats))}
+Exit status: 0 on success, 1 when the input is refused or the conversion fails, 2 on a usage error.
+`,
+  async run({ values, positionals }, context) {
+    const named = stringValue(values, "output");
+    if (named !== undefined && positionals.length > 1) {
+      throw new UsageError(
+        positionals.length === 2
+          ? "the output is given twice: as the second file and with -o"
+          : "-o names one output file; for many inputs use --out-dir DIR (-O)",
+      );
+    }
+    if (positionals.length === 0 || (positionals.length === 1 && named === undefined)) throw new UsageError("expected an input and an output file");
+    if (positionals.length > 2) throw new UsageError(`expected two files (or --out-dir DIR for many), got ${positionals.length}`);
+    const input = positionals[0]!;
+    const output = named ?? positionals[1]!;
+    const report = context.report;
+    if (report.command !== "convert") throw new Error("convert runs with a convert report");
+
+    let source: (ByteSource & { close(): Promise<void> }) | undefined;
+    try {
+      if (input === "-") {
+        if (context.io.openStdin === undefined) throw new UsageError("- as the input (stdin) is not available here");
+        source = await context.io.openStdin();
+      }
+      let sink: ByteSink | undefined;
+      if (output === "-") {
+        if (context.io.stdoutSink === undefined) throw new UsageError("- as the output (stdout) is not available here");
+        sink = context.io.stdoutSink();
+        context.reportTo = "stderr";
+      }
+      report.input = { file: input === "-" ? STDIN_NAME : input, format: null };
+      report.output = { file: output === "-" ? STDOUT_NAME : output, format: null };
+      const result = await convert(source ?? input, sink ?? output, {
+        ...commonConvertOptions(values, context),
+        to: stringValue(values, "to"),
+        force: values.force === true,
+        allowEmpty: values["allow-empty"] === true,
+        signal: context.io.signal,
+        onProgress: (done, total) => context.progress?.update(input, done, total),
+      });
+      context.progress?.clear();
+      report.input.format = result.inputFormat;
+      report.output.format = result.outputFormat;
+      report.tensors = result.tensors;
+      report.bytes = result.bytes;
+      report.ok = true;
+      if (context.json) printReport(context);
+      else if (!context.quiet) {
+        context.io.stderr(
+          `st-convert: ${result.input} (${result.inputFormat}) -> ${result.output} (${result.outputFormat}): ${plural(result.tensors, "tensor")}, ${formatSize(result.bytes)}\n`,
+        );
+      }
+      return EXIT_OK;
+    } finally {
+      await source?.close();
+    }
+  },
+};

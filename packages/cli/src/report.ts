@@ -1,0 +1,136 @@
+/**
+ * The one JSON report every command prints with `--json`: a single object on one line of stdout,
+ * the same shape whether the command succeeded or failed. `report.schema.json` (in the package)
+ * is its JSON Schema; `REPORT_VERSION` changes when a field changes meaning or goes away (adding a
+ * field does not).
+ */
+import { isStConvertError } from "@st-convert/core";
+import type { FileReport } from "./convert.js";
+
+/** Version of the report's shape (`"version"` in every report). */
+export const REPORT_VERSION = 1 as const;
+
+/** A non-fatal notice, with the file it concerns. */
+export interface Warning {
+  file: string;
+  message: string;
+}
+
+/** Why a command failed: the error's code, its one-line message, and where. */
+export interface ReportError {
+  code: string;
+  message: string;
+  file: string | null;
+  tensor: string | null;
+}
+
+/** A file and the format it was read or written as (null when the failure came first). */
+export interface FileRef {
+  file: string;
+  format: string | null;
+}
+
+interface ReportBase {
+  version: typeof REPORT_VERSION;
+  ok: boolean;
+  warnings: Warning[];
+  error?: ReportError;
+}
+
+/** `st-convert IN OUT --json`. */
+export interface ConvertReport extends ReportBase {
+  command: "convert";
+  input: FileRef | null;
+  output: FileRef | null;
+  tensors: number;
+  bytes: number;
+}
+
+/** `st-convert info FILE --json`. */
+export interface InfoReport extends ReportBase {
+  command: "info";
+  input: FileRef | null;
+  metadata: Record<string, string> | null;
+  tensors: { name: string; dtype: string; shape: number[]; bytes: number }[];
+  totals: { tensors: number; parameters: number; bytes: number };
+}
+
+/** One file of a batch. */
+export interface BatchItem {
+  input: FileRef;
+  output: FileRef | null;
+  status: "converted" | "planned" | "skipped" | "failed";
+  tensors: number | null;
+  bytes: number | null;
+  reason: string | null;
+  error: ReportError | null;
+}
+
+/** `st-convert INPUTS... --out-dir DIR --to FORMAT --json`. */
+export interface BatchReport extends ReportBase {
+  command: "batch";
+  dryRun: boolean;
+  outDir: string | null;
+  files: BatchItem[];
+  ignored: string[];
+  stopped: boolean;
+  totals: { converted: number; planned: number; skipped: number; failed: number; tensors: number; bytes: number };
+}
+
+/** Any command's report; a usage error reports as the command it was meant for. */
+export type Report = ConvertReport | InfoReport | BatchReport;
+
+/** The report's `error` for anything thrown. */
+export function reportError(error: unknown, code = "Internal"): ReportError {
+  if (isStConvertError(error)) return { code: error.code, message: error.message, file: error.file ?? null, tensor: error.tensor ?? null };
+  const message = error instanceof Error ? error.message : String(error);
+  return { code: (error as { name?: string } | null)?.name === "UsageError" ? "Usage" : code, message, file: null, tensor: null };
+}
+
+/** An empty report of `command`, to be filled as the command goes. */
+export function emptyReport<C extends Report["command"]>(command: C): Extract<Report, { command: C }> {
+  return blankReport(command) as Extract<Report, { command: C }>;
+}
+
+function blankReport(command: Report["command"]): Report {
+  const base = { version: REPORT_VERSION, ok: false, warnings: [] as Warning[] };
+  switch (command) {
+    case "convert":
+      return { ...base, command, input: null, output: null, tensors: 0, bytes: 0 };
+    case "info":
+      return { ...base, command, input: null, metadata: null, tensors: [], totals: { tensors: 0, parameters: 0, bytes: 0 } };
+    case "batch":
+      return {
+        ...base,
+        command,
+        dryRun: false,
+        outDir: null,
+        files: [],
+        ignored: [],
+        stopped: false,
+        totals: { converted: 0, planned: 0, skipped: 0, failed: 0, tensors: 0, bytes: 0 },
+      };
+  }
+}
+
+/** Fills an info report from what `inspect()` found. */
+export function fillInfoReport(report: InfoReport, file: string, found: FileReport): void {
+  report.input = { file, format: found.format };
+  report.metadata = found.metadata === null ? null : { ...found.metadata };
+  report.tensors = found.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], bytes: t.byteLength }));
+  report.totals = infoTotals(found);
+}
+
+/** Tensors, parameters (elements) and bytes of a file's tensors. */
+export function infoTotals(found: FileReport): { tensors: number; parameters: number; bytes: number } {
+  let parameters = 0;
+  let bytes = 0;
+  for (const t of found.tensors) {
+    // A zero anywhere makes an empty tensor, however large the other dimensions (no Infinity × 0).
+    let elements = t.shape.includes(0) ? 0 : 1;
+    for (const d of t.shape) if (elements !== 0) elements *= d;
+    parameters += elements;
+    bytes += t.byteLength;
+  }
+  return { tensors: found.tensors.length, parameters, bytes };
+}
