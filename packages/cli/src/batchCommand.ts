@@ -128,6 +128,10 @@ function fillBatchReport(report: BatchReport, summary: BatchSummary, to: string)
   };
   report.ok = summary.failed.length === 0 && !summary.stopped;
   if (summary.stopped) report.error = reportError(new Error("stopped before every file was attempted"), "Aborted");
+  else if (summary.failed.length > 0) {
+    const attempted = summary.converted.length + summary.skipped.length + summary.failed.length;
+    report.error = { code: "BatchFailed", message: `${summary.failed.length} of ${plural(attempted, "file")} failed (see files)`, file: null, tensor: null };
+  }
 }
 
 function batchText(summary: BatchSummary, quiet: boolean): string {

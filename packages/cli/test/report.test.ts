@@ -1,0 +1,93 @@
+/**
+ * `--json`: every command prints one object on one line, valid against the package's
+ * report.schema.json, whether it succeeded or failed.
+ */
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import { afterAll, describe, expect, it } from "vitest";
+import { CLI_PATH, fixturePath, makeTempDir, runCli, safetensorsFile } from "@st-convert/testing";
+
+const schema = JSON.parse(readFileSync(new URL("../report.schema.json", import.meta.url), "utf8")) as object;
+const validate = new Ajv2020({ allErrors: true, strict: true, strictRequired: false }).compile(schema);
+
+const { dir, cleanup } = makeTempDir();
+afterAll(cleanup);
+const mixed = fixturePath("safetensors", "mixed.safetensors");
+const broken = join(dir, "broken.safetensors");
+writeFileSync(broken, safetensorsFile('{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}', 4));
+const tree = join(dir, "tree");
+mkdirSync(tree);
+writeFileSync(join(tree, "a.safetensors"), readFileSync(mixed));
+writeFileSync(join(tree, "b.safetensors"), readFileSync(broken));
+
+/** The one line a command printed on `stream`, parsed and checked against the schema. */
+function reportOf(text: string): Record<string, unknown> {
+  expect(text.endsWith("\n")).toBe(true);
+  expect(text.slice(0, -1)).not.toContain("\n");
+  const report = JSON.parse(text) as Record<string, unknown>;
+  const valid = validate(report);
+  expect(valid, JSON.stringify(validate.errors, null, 2)).toBe(true);
+  return report;
+}
+
+describe("the --json report", () => {
+  it.each([
+    [
+      "convert",
+      [mixed, join(dir, "ok.npz")],
+      0,
+      { command: "convert", ok: true, input: { file: mixed, format: "safetensors" }, output: { format: "npz" }, tensors: 8 },
+    ],
+    [
+      "convert, refused input",
+      [broken, join(dir, "no.npz")],
+      1,
+      { command: "convert", ok: false, error: { code: "TensorInvalidInfo", file: broken, tensor: "w" } },
+    ],
+    ["convert, existing output", [mixed, join(dir, "ok.npz")], 1, { command: "convert", ok: false, error: { code: "OutputExists" } }],
+    ["convert, usage error", [mixed], 2, { command: "convert", ok: false, error: { code: "Usage" } }],
+    [
+      "convert, with a warning",
+      [mixed, join(dir, "one.npy"), "--filter", "^lm_head"],
+      0,
+      { ok: true, warnings: [{ file: join(dir, "one.npy") }, { file: join(dir, "one.npy") }] },
+    ],
+    ["info", ["info", mixed], 0, { command: "info", ok: true, input: { format: "safetensors" }, metadata: { format: "pt" }, totals: { tensors: 8 } }],
+    ["info, refused", ["info", broken], 1, { command: "info", ok: false, error: { code: "TensorInvalidInfo" } }],
+    ["info, missing file", ["info", join(dir, "missing")], 1, { command: "info", ok: false, error: { code: "Io" } }],
+    ["batch", [tree, "--out-dir", join(dir, "out"), "--to", "npz"], 1, { command: "batch", ok: false, totals: { converted: 1, failed: 1 } }],
+    [
+      "batch, dry run",
+      [tree, "--out-dir", join(dir, "out2"), "--to", "npz", "--dry-run"],
+      0,
+      { command: "batch", ok: true, dryRun: true, totals: { planned: 2 } },
+    ],
+    ["batch, usage error", [tree, "--out-dir", join(dir, "out3")], 2, { command: "batch", ok: false, error: { code: "Usage" } }],
+  ] as const)("%s: one valid line on stdout", (_name, args, status, expected) => {
+    const run = runCli([...args, "--json"]);
+    expect(run.status, run.stderr).toBe(status);
+    expect(reportOf(run.stdout)).toMatchObject(expected);
+  });
+
+  it("info lists each tensor's byte length and the totals the table shows", () => {
+    const report = reportOf(runCli(["info", mixed, "--json"]).stdout) as { tensors: { bytes: number }[]; totals: { bytes: number; parameters: number } };
+    const table = runCli(["info", mixed]).stdout;
+    expect(report.totals.bytes).toBe(report.tensors.reduce((n, t) => n + t.bytes, 0));
+    expect(table).toContain(`(${report.totals.bytes.toLocaleString("en-US")} bytes)`);
+    expect(table).toContain(`${report.totals.parameters.toLocaleString("en-US")} parameters`);
+  });
+
+  it("goes to stderr when stdout carries the converted data", () => {
+    const run = spawnSync(process.execPath, [CLI_PATH, mixed, "-", "--to", "safetensors", "--json"], { encoding: "buffer" });
+    expect(run.status).toBe(0);
+    expect(Buffer.compare(run.stdout, readFileSync(mixed))).toBe(0);
+    expect(reportOf(run.stderr.toString())).toMatchObject({ ok: true, output: { file: "<stdout>", format: "safetensors" } });
+  });
+
+  it("the schema rejects what is not a report (the validator is not a no-op)", () => {
+    expect(validate({ version: 1, command: "convert", ok: false, warnings: [], input: null, output: null, tensors: 0, bytes: 0 })).toBe(false);
+    expect(validate({ version: 2, command: "info", ok: true, warnings: [] })).toBe(false);
+  });
+});
