@@ -86,7 +86,8 @@ export function exitStatusOf(error: unknown): number {
  */
 export function describeFailure(error: unknown): string {
   if (isStConvertError(error)) {
-    if (error.code === "OutputExists") return `${error.file ?? "the output"}: the output exists; pass --force to replace it [OutputExists]`;
+    // The library's message also names the API's option; the command line has only --force.
+    if (error.code === "OutputExists") return `${error.message.replace(" (or { force: true })", "")} [OutputExists]`;
     if (error.code === "NothingToWrite")
       return `${error.message.replace("allow an empty output to write one anyway", "pass --allow-empty to write one anyway")} [NothingToWrite]`;
   }

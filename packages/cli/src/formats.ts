@@ -8,9 +8,19 @@ import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat, 
 import { flaxFormat } from "@st-convert/flax/format";
 import { jsonFormat } from "@st-convert/json/format";
 import { npyFormat, npzFormat } from "@st-convert/npy/format";
+import { torchFormat, torchIndexFormat } from "@st-convert/torch/format";
 
 /** Every format st-convert reads and writes, in the order `--help` lists them. */
-export const FORMATS: readonly TensorFormat[] = [safetensorsFormat, safetensorsIndexFormat, npyFormat, npzFormat, flaxFormat, jsonFormat];
+export const FORMATS: readonly TensorFormat[] = [
+  safetensorsFormat,
+  safetensorsIndexFormat,
+  npyFormat,
+  npzFormat,
+  flaxFormat,
+  jsonFormat,
+  torchFormat,
+  torchIndexFormat,
+];
 
 /** The format called `name` (as in `--from`/`--to`), case-insensitive. */
 export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {

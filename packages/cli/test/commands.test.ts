@@ -129,6 +129,16 @@ describe("outputs and selections", () => {
     expect(readdirSync(join(dir, "adir"))).toEqual([]);
   });
 
+  it("an existing output is refused in the command line's words (--force, not the API's option)", () => {
+    const out = join(dir, "exists.safetensors");
+    writeFileSync(out, "keep");
+    const run = runCli([mixed, out]);
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/exists\.safetensors: .*pass --force to replace it \[OutputExists\]\n$/);
+    expect(run.stderr).not.toContain("force: true");
+    expect(readFileSync(out, "utf8")).toBe("keep");
+  });
+
   it("--force keeps the replaced file's mode", () => {
     const out = join(dir, "private.safetensors");
     writeFileSync(out, "old", { mode: 0o600 });
