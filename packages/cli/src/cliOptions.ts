@@ -50,6 +50,11 @@ export const WRITE_OPTIONS: OptionTable = {
 /** Options of a single conversion. */
 export const CONVERT_OPTIONS: OptionTable = {
   output: { type: "string", short: "o", valueName: "FILE", description: "the output file (instead of the second argument); - is stdout" },
+  "max-shard-size": {
+    type: "string",
+    valueName: "SIZE",
+    description: "write shards of at most SIZE (5GB, 500MB, 2GiB, bytes) and an index; the output is the index, a checkpoint name or a folder",
+  },
 };
 
 /** Options of a batch. */

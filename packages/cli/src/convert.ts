@@ -16,7 +16,8 @@ import {
   withContext,
 } from "@st-convert/core";
 import { createFileSink, createScratchFile, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
-import { FORMATS, detectInputFormat, detectOutputFormat } from "./formats.js";
+import { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
+import { DEFAULT_MAX_SHARD_SIZE, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { groupDigits } from "./text.js";
 import { type TransformOptions, compileTransforms, selects, transformTensors } from "./transforms.js";
 
@@ -40,6 +41,13 @@ export interface ConvertOptions extends TransformOptions {
    * of the input's or the reader skipped them all. Default false: that is an error (`NothingToWrite`).
    */
   allowEmpty?: boolean;
+  /**
+   * Write the output as shards of at most this many bytes (a larger tensor alone in its shard) and
+   * an index: `5GB` (huggingface_hub's units, powers of 10), `2GiB`, or a number of bytes. The
+   * output path is then the index, a checkpoint name or a folder. An output path that names an
+   * index (`model.safetensors.index.json`) shards at huggingface_hub's default 5GB without it.
+   */
+  maxShardSize?: number | string;
   /** Stops the conversion at the next chunk; the output is then removed. */
   signal?: AbortSignal;
   /** Called as tensor bytes are written: bytes done so far and the total. */
@@ -59,6 +67,8 @@ export interface ConvertResult {
   bytes: number;
   /** The notices given on the way, each with its file (also passed to `onWarning` as they came). */
   warnings: { file: string; message: string }[];
+  /** Every file written: the output alone, or a sharded checkpoint's shards and index. */
+  files: string[];
 }
 
 /**
@@ -74,7 +84,8 @@ export async function convert(input: string | ByteSource, output: string | ByteS
   const formats = options.formats ?? FORMATS;
   const inputName = nameOf(input, "<input>");
   const outputName = nameOf(output, "<output>");
-  const outputFormat = detectOutputFormat(outputName, options.to, formats);
+  const sharding = await shardingOf(output, options, formats);
+  const outputFormat = sharding?.format ?? detectOutputFormat(outputName, options.to, formats);
   const warnings: ConvertResult["warnings"] = [];
   const warnFor = (file: string) => (message: string) => {
     warnings.push({ file, message });
@@ -85,6 +96,31 @@ export async function convert(input: string | ByteSource, output: string | ByteS
     for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
     checkSomethingToWrite(tensors, options, warnings.length > 0);
     const observed = observe(tensors.selected, options.signal, options.onProgress);
+    const result = {
+      input: inputName,
+      output: outputName,
+      inputFormat: inputFormat.name,
+      outputFormat: outputFormat.name,
+      tensors: tensors.selected.tensors.length,
+      bytes: 0,
+      warnings,
+      files: [outputName],
+    };
+    if (sharding !== undefined) {
+      try {
+        const written = await writeShards(observed.source, outputFormat, sharding.target, sharding.maxShardSize, {
+          force: options.force ?? false,
+          write: async (part, sink, fileName) => {
+            await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(fileName), fileName });
+            options.signal?.throwIfAborted();
+          },
+        });
+        for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
+        return { ...result, output: written.output, files: written.files, bytes: observed.done() };
+      } catch (error) {
+        throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
+      }
+    }
     if (typeof output === "string") {
       // Left by a run that was killed (SIGKILL, a crash, a power cut): its process is gone.
       for (const stale of await removeStaleTempFiles(output).catch(() => [])) {
@@ -101,15 +137,33 @@ export async function convert(input: string | ByteSource, output: string | ByteS
       throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
     }
     return {
-      input: inputName,
-      output: outputName,
-      inputFormat: inputFormat.name,
-      outputFormat: outputFormat.name,
-      tensors: tensors.selected.tensors.length,
+      ...result,
       bytes: observed.done(),
-      warnings,
     };
   });
+}
+
+/**
+ * Whether the output is sharded, and how: asked for with `maxShardSize`, or implied by an output
+ * that names an index (`*.index.json`, at the 5GB default).
+ * @throws StConvertError `InvalidOption` for a size that does not parse, a sink as the output, or
+ *   an output format that has no sharded form.
+ */
+async function shardingOf(
+  output: string | ByteSink,
+  options: ConvertOptions,
+  formats: readonly TensorFormat[],
+): Promise<{ format: TensorFormat; target: ShardTarget; maxShardSize: number } | undefined> {
+  const namesIndex = typeof output === "string" && output.toLowerCase().endsWith(".index.json");
+  if (options.maxShardSize === undefined && !namesIndex) return undefined;
+  if (typeof output !== "string")
+    throw new StConvertError("InvalidOption", "--max-shard-size writes files; name a folder or an index as the output, not a stream");
+  const maxShardSize = options.maxShardSize === undefined ? DEFAULT_MAX_SHARD_SIZE : parseShardSize(options.maxShardSize);
+  const byName = await shardTarget(output, formatByName("safetensors", formats));
+  const format =
+    options.to !== undefined ? formatByName(options.to, formats) : (formatByExtension(byName.weightsName, formats) ?? formatByName("safetensors", formats));
+  if (!shardable(format)) throw new StConvertError("InvalidOption", `--max-shard-size applies to safetensors and torch outputs, not ${format.name}`);
+  return { format, target: await shardTarget(output, format), maxShardSize };
 }
 
 function nameOf(file: string | { readonly name?: string }, fallback: string): string {

@@ -60,6 +60,8 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
         sink = context.io.stdoutSink();
         context.reportTo = "stderr";
       }
+      if (output === "-" && values["max-shard-size"] !== undefined)
+        throw new UsageError("--max-shard-size writes files; name a folder or an index as the output");
       report.input = { file: input === "-" ? STDIN_NAME : input, format: null };
       report.output = { file: output === "-" ? STDOUT_NAME : output, format: null };
       const result = await convert(source ?? input, sink ?? output, {
@@ -67,6 +69,7 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
         to: stringValue(values, "to"),
         force: values.force === true,
         allowEmpty: values["allow-empty"] === true,
+        maxShardSize: stringValue(values, "max-shard-size"),
         signal: context.io.signal,
         onProgress: (done, total) => context.progress?.update(input, done, total),
       });
@@ -75,11 +78,13 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
       report.output.format = result.outputFormat;
       report.tensors = result.tensors;
       report.bytes = result.bytes;
+      report.output.file = result.output;
+      report.files = result.files;
       report.ok = true;
       if (context.json) printReport(context);
       else if (!context.quiet) {
         context.io.stderr(
-          `st-convert: ${result.input} (${result.inputFormat}) -> ${result.output} (${result.outputFormat}): ${plural(result.tensors, "tensor")}, ${formatSize(result.bytes)}\n`,
+          `st-convert: ${result.input} (${result.inputFormat}) -> ${result.output} (${result.outputFormat}${result.files.length > 1 ? `, ${plural(result.files.length - 1, "shard")} and the index` : ""}): ${plural(result.tensors, "tensor")}, ${formatSize(result.bytes)}\n`,
         );
       }
       return EXIT_OK;

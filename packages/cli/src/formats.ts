@@ -58,10 +58,14 @@ export const SNIFF_BYTES = 4096;
 export async function detectInputFormat(source: ByteSource, from?: string, formats: readonly TensorFormat[] = FORMATS): Promise<TensorFormat> {
   if (from !== undefined) return formatByName(from, formats);
   const byExtension = source.name === undefined ? undefined : formatByExtension(source.name, formats);
-  if (byExtension !== undefined) return byExtension;
+  // An extension many files share (.bin, .json) is trusted only when the content does not say otherwise:
+  // a safetensors file saved as weights.bin reads as safetensors; one nothing recognises goes to the
+  // extension's format, which names what it is.
+  if (byExtension !== undefined && (byExtension.ambiguousExtension !== true || byExtension.sniff === undefined)) return byExtension;
   const head = await readHead(source);
-  const sniffed = formats.find((f) => f.sniff?.(head) === true);
+  const sniffed = byExtension?.sniff?.(head) === true ? byExtension : formats.find((f) => f.sniff?.(head) === true);
   if (sniffed !== undefined) return sniffed;
+  if (byExtension !== undefined) return byExtension;
   throw new StConvertError("UnknownFormat", `cannot tell the format from the name or the content; pass --from (${formats.map((f) => f.name).join(", ")})`, {
     file: source.name,
   });

@@ -42,6 +42,8 @@ export interface ConvertReport extends ReportBase {
   command: "convert";
   input: FileRef | null;
   output: FileRef | null;
+  /** Every file written: the output alone, or a sharded checkpoint's shards and its index. */
+  files: string[];
   tensors: number;
   bytes: number;
 }
@@ -96,7 +98,7 @@ function blankReport(command: Report["command"]): Report {
   const base = { version: REPORT_VERSION, ok: false, warnings: [] as Warning[] };
   switch (command) {
     case "convert":
-      return { ...base, command, input: null, output: null, tensors: 0, bytes: 0 };
+      return { ...base, command, input: null, output: null, files: [], tensors: 0, bytes: 0 };
     case "info":
       return { ...base, command, input: null, metadata: null, tensors: [], totals: { tensors: 0, parameters: 0, bytes: 0 } };
     case "batch":

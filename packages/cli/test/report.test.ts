@@ -87,7 +87,7 @@ describe("the --json report", () => {
   });
 
   it("the schema rejects what is not a report (the validator is not a no-op)", () => {
-    expect(validate({ version: 1, command: "convert", ok: false, warnings: [], input: null, output: null, tensors: 0, bytes: 0 })).toBe(false);
+    expect(validate({ version: 1, command: "convert", ok: false, warnings: [], input: null, output: null, files: [], tensors: 0, bytes: 0 })).toBe(false);
     expect(validate({ version: 2, command: "info", ok: true, warnings: [] })).toBe(false);
   });
 });

@@ -98,6 +98,12 @@ export interface FileSinkOptions {
    * into with or without it; directories and other kinds of file are refused even with it.
    */
   force?: boolean;
+  /**
+   * Leave the finished file at its temporary name on `close()`; `place()` then puts it in place.
+   * For outputs of several files (a sharded checkpoint) that must all appear or none: close each,
+   * then place each, and abort every one if anything failed. Default false.
+   */
+  deferPlacement?: boolean;
 }
 
 /**
@@ -112,6 +118,11 @@ export interface AtomicFileSink extends ByteSink {
   readonly targetPath: string;
   /** The temporary file beside `targetPath` that receives the bytes until `close()`. */
   readonly tempPath: string;
+  /**
+   * With `deferPlacement`: puts the closed file in place (as `close()` does otherwise), once.
+   * @throws StConvertError `OutputExists` when a file appeared there meanwhile and `force` is off.
+   */
+  place(): Promise<void>;
 }
 
 /**
@@ -175,13 +186,13 @@ export async function createFileSink(path: string, options: FileSinkOptions = {}
   const output = await resolveOutput(path);
   switch (output.kind) {
     case "missing":
-      return atomicSink(path, output.path, undefined, force);
+      return atomicSink(path, output.path, undefined, force, options.deferPlacement ?? false);
     case "file":
       if (!force) {
         const rule = output.path === path ? "the output exists" : `the output's link points to an existing file (${output.path})`;
         throw new StConvertError("OutputExists", `${rule}; pass --force (or { force: true }) to replace it`, { file: path });
       }
-      return atomicSink(path, output.path, output.info, force);
+      return atomicSink(path, output.path, output.info, force, options.deferPlacement ?? false);
     case "device":
       return deviceSink(path, output.path);
     case "descriptor":
@@ -275,7 +286,7 @@ function refusal(info: Stats): string {
 }
 
 /** The sink of {@link createFileSink} for a missing target or a regular file (`existing`). */
-async function atomicSink(name: string, targetPath: string, existing: Stats | undefined, force: boolean): Promise<AtomicFileSink> {
+async function atomicSink(name: string, targetPath: string, existing: Stats | undefined, force: boolean, defer: boolean): Promise<AtomicFileSink> {
   const tempPath = join(dirname(targetPath), `.${basename(targetPath)}.${uniqueTag()}.tmp`);
   let handle: FileHandle | undefined;
   try {
@@ -289,7 +300,7 @@ async function atomicSink(name: string, targetPath: string, existing: Stats | un
   }
   const file = handle;
   const writer = new CoalescingWriter((bytes, offset, length) => file.write(bytes, offset, length, null).then((r) => r.bytesWritten));
-  let state: "open" | "closed" | "aborted" = "open";
+  let state: "open" | "written" | "closed" | "aborted" = "open";
   let closed = false;
   const release = async (): Promise<void> => {
     if (closed) return;
@@ -317,6 +328,20 @@ async function atomicSink(name: string, targetPath: string, existing: Stats | un
           throw ioError(error, name, "write failed");
         });
         await release();
+        if (defer) {
+          state = "written";
+          return;
+        }
+        await putInPlace(tempPath, targetPath, name, force);
+        state = "closed";
+      } catch (error) {
+        await sink.abort();
+        throw ioError(error, name, "cannot put the output in place");
+      }
+    },
+    async place() {
+      if (state !== "written") throw new StConvertError("Io", `place of a ${state} sink (only a closed, deferred one can be placed)`, { file: name });
+      try {
         await putInPlace(tempPath, targetPath, name, force);
         state = "closed";
       } catch (error) {
