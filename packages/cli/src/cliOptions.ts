@@ -50,6 +50,7 @@ export const WRITE_OPTIONS: OptionTable = {
 /** Options of a single conversion. */
 export const CONVERT_OPTIONS: OptionTable = {
   output: { type: "string", short: "o", valueName: "FILE", description: "the output file (instead of the second argument); - is stdout" },
+  "copy-other-files": { type: "boolean", description: "a model folder: copy the files that are not checkpoints (config.json, tokenizer files)" },
   "max-shard-size": {
     type: "string",
     valueName: "SIZE",

@@ -1,8 +1,10 @@
 /** `st-convert [convert] <input> <output>`: one file into another. */
+import { stat } from "node:fs/promises";
 import type { ByteSink, ByteSource } from "@st-convert/core";
-import { CONVERT_OPTIONS, GLOBAL_OPTIONS, SELECTION_OPTIONS, UsageError, WRITE_OPTIONS, stringValue } from "./cliOptions.js";
-import { type Command, EXIT_OK, printReport } from "./command.js";
+import { CONVERT_OPTIONS, GLOBAL_OPTIONS, type ParsedValues, SELECTION_OPTIONS, UsageError, WRITE_OPTIONS, stringValue } from "./cliOptions.js";
+import { type Command, type CommandContext, EXIT_OK, printReport } from "./command.js";
 import { convert } from "./convert.js";
+import { convertModel } from "./convertModel.js";
 import { formatLines, formatOptionLines, optionLines, section } from "./helpText.js";
 import { formatSize } from "./progress.js";
 import { commonConvertOptions } from "./sharedOptions.js";
@@ -47,6 +49,14 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
     const output = named ?? positionals[1]!;
     const report = context.report;
     if (report.command !== "convert") throw new Error("convert runs with a convert report");
+    if (
+      input !== "-" &&
+      (await stat(input).then(
+        (s) => s.isDirectory(),
+        () => false,
+      ))
+    )
+      return convertFolder(input, output, values, context);
 
     let source: (ByteSource & { close(): Promise<void> }) | undefined;
     try {
@@ -93,3 +103,44 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
     }
   },
 };
+
+/**
+ * `st-convert MODEL_DIR OUT_DIR --to FORMAT`: every checkpoint of a model folder (single files and
+ * indexes with their shards) into the same checkpoint in FORMAT; the other files copied with
+ * --copy-other-files, else listed.
+ */
+async function convertFolder(input: string, output: string, values: ParsedValues, context: CommandContext): Promise<number> {
+  const to = stringValue(values, "to");
+  if (to === undefined) throw new UsageError("a model folder converts with --to FORMAT (the format of its checkpoints)");
+  if (output === "-") throw new UsageError("a model folder converts into a folder, not stdout");
+  const report = context.report;
+  if (report.command !== "convert") throw new Error("convert runs with a convert report");
+  report.input = { file: input, format: "model-folder" };
+  report.output = { file: output, format: to };
+  const result = await convertModel(input, output, {
+    ...commonConvertOptions(values, context),
+    to,
+    force: values.force === true,
+    allowEmpty: values["allow-empty"] === true,
+    maxShardSize: stringValue(values, "max-shard-size"),
+    copyOtherFiles: values["copy-other-files"] === true,
+    signal: context.io.signal,
+  });
+  for (const file of result.notCopied) context.warn(file, "not copied (not a checkpoint; --copy-other-files copies it)");
+  report.output.format = result.outputFormat;
+  report.files = [...result.checkpoints.flatMap((c) => c.files), ...result.copied];
+  report.tensors = result.checkpoints.reduce((n, c) => n + c.tensors, 0);
+  report.bytes = result.checkpoints.reduce((n, c) => n + c.bytes, 0);
+  report.ok = true;
+  if (context.json) printReport(context);
+  else if (!context.quiet) {
+    const lines = result.checkpoints.map(
+      (c) => `  ${c.input} -> ${c.output}${c.files.length > 1 ? ` (${plural(c.files.length - 1, "shard")} and the index)` : ""}`,
+    );
+    if (result.copied.length > 0) lines.push(`  copied ${plural(result.copied.length, "other file")}`);
+    context.io.stderr(
+      `${lines.join("\n")}\nst-convert: ${input} -> ${output} (${result.outputFormat}): ${plural(result.checkpoints.length, "checkpoint")}, ${plural(report.tensors, "tensor")}, ${formatSize(report.bytes)}\n`,
+    );
+  }
+  return EXIT_OK;
+}

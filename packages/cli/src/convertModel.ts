@@ -1,0 +1,307 @@
+/**
+ * A whole model folder into another: each checkpoint in it (a single file, or an index with its
+ * shards) becomes the same checkpoint in the target format, named as the Hugging Face tools name
+ * it (`pytorch_model-00001-of-00002.bin` → `model-00001-of-00002.safetensors`), sharded as the
+ * source was unless `maxShardSize` says otherwise, with a rewritten index; the other files
+ * (config.json, tokenizer files) are copied when asked. Everything is written into a staging
+ * folder inside the output folder and moved into place only when all of it succeeded.
+ */
+import { copyFile, mkdir, readFile, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { type Dtype, StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
+import { openFileSource } from "@st-convert/core/node";
+import { type ConvertOptions, convert, inspect } from "./convert.js";
+import { FORMATS, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
+import { type ShardPlan, indexJson, shardName, shardable } from "./shards.js";
+
+/** Options of {@link convertModel}: those of `convert()` (`to` required) plus what to do with the other files. */
+export interface ConvertModelOptions extends ConvertOptions {
+  to: string;
+  /** Copy the files that are not checkpoints (config.json, tokenizer files, README). Default false: they are listed. */
+  copyOtherFiles?: boolean;
+}
+
+/** One checkpoint of the folder and what became of it. */
+export interface ModelCheckpoint {
+  /** The single file or the index, in the input folder. */
+  input: string;
+  /** The single file or the index written. */
+  output: string;
+  /** Every file written for it (shards and index). */
+  files: string[];
+  tensors: number;
+  bytes: number;
+}
+
+/** What {@link convertModel} did. */
+export interface ModelResult {
+  inputDir: string;
+  outputDir: string;
+  outputFormat: string;
+  checkpoints: ModelCheckpoint[];
+  /** Other files copied (with `copyOtherFiles`). */
+  copied: string[];
+  /** Other files left out (without `copyOtherFiles`). */
+  notCopied: string[];
+  warnings: { file: string; message: string }[];
+}
+
+/** The names the Hugging Face tools give a checkpoint, per format: `model.safetensors`, `pytorch_model.bin`. */
+const HUB_STEMS: Readonly<Record<string, string>> = { safetensors: "model", torch: "pytorch_model", flax: "flax_model" };
+
+const SHARD_SUFFIX = /-(\d{5})-of-(\d{5})$/;
+
+/**
+ * Converts every checkpoint of `inputDir` into `outputDir` (created if needed) as `options.to`.
+ * @throws StConvertError `InvalidOption` when `inputDir` is not a folder or holds no checkpoint,
+ *   `OutputExists` when an output is there and `force` is off, and the first conversion's error
+ *   (nothing is then left in `outputDir`).
+ */
+export async function convertModel(inputDir: string, outputDir: string, options: ConvertModelOptions): Promise<ModelResult> {
+  const formats = options.formats ?? FORMATS;
+  const to = formatByName(options.to, formats);
+  if (to.readOnly === true) throw new StConvertError("UnknownFormat", `${to.name} can be read but not written`);
+  const layout = await readLayout(inputDir, formats);
+  if (layout.singles.length === 0 && layout.indexes.length === 0) {
+    throw new StConvertError("InvalidOption", "the folder holds no checkpoint (no tensor file and no index)", { file: inputDir });
+  }
+  const result: ModelResult = { inputDir, outputDir, outputFormat: to.name, checkpoints: [], copied: [], notCopied: [], warnings: [] };
+  const staging = join(outputDir, `.st-convert-staging-${process.pid}-${Math.random().toString(36).slice(2, 8)}`);
+  const warn = (message: string, file: string) => {
+    // Files being written sit in the staging folder; users know them by where they will land.
+    const shown = file.startsWith(`${staging}/`) ? join(outputDir, file.slice(staging.length + 1)) : file;
+    result.warnings.push({ file: shown, message });
+    options.onWarning?.(message, shown);
+  };
+
+  // Every name the output will hold, checked before anything is written.
+  const plan: { run: (staging: string) => Promise<ModelCheckpoint>; names: string[] }[] = [];
+  for (const index of layout.indexes) plan.push(planIndex(index, to, formats, options, warn));
+  for (const single of layout.singles) plan.push(planSingle(single, inputDir, to, formats, options, warn));
+  const copies = options.copyOtherFiles === true ? layout.others : [];
+  result.notCopied = options.copyOtherFiles === true ? [] : layout.others.map((f) => join(inputDir, f));
+  const targets = [...plan.flatMap((p) => p.names), ...copies];
+  const clash = targets.find((name, i) => targets.indexOf(name) !== i);
+  if (clash !== undefined) throw new StConvertError("InvalidArgument", `two checkpoints of the folder would both write ${clash}`, { file: inputDir });
+  if (options.force !== true) {
+    for (const name of targets) {
+      if (await exists(join(outputDir, name)))
+        throw new StConvertError("OutputExists", "the output exists; pass --force to replace it", { file: join(outputDir, name) });
+    }
+  }
+
+  await mkdir(outputDir, { recursive: true });
+  await mkdir(staging);
+  try {
+    for (const step of plan) result.checkpoints.push(await step.run(staging));
+    for (const name of copies) await copyFile(join(inputDir, name), join(staging, name));
+    options.signal?.throwIfAborted();
+    // Names that depended on a split are known only now: checked before anything is moved.
+    const written = [...result.checkpoints.flatMap((c) => c.files), ...copies];
+    if (options.force !== true) {
+      for (const name of written) {
+        if (await exists(join(outputDir, name)))
+          throw new StConvertError("OutputExists", "the output exists; pass --force to replace it", { file: join(outputDir, name) });
+      }
+    }
+    for (const name of written) await rename(join(staging, name), join(outputDir, name));
+  } finally {
+    await rm(staging, { recursive: true, force: true });
+  }
+  result.copied = copies.map((f) => join(outputDir, f));
+  for (const checkpoint of result.checkpoints) {
+    checkpoint.output = join(outputDir, checkpoint.output);
+    checkpoint.files = checkpoint.files.map((f) => join(outputDir, f));
+  }
+  return result;
+}
+
+interface IndexCheckpoint {
+  path: string;
+  name: string;
+  /** Shard file names in the order they first appear in `weight_map`. */
+  shards: string[];
+  weightMap: Record<string, string>;
+  metadata: Record<string, unknown>;
+}
+
+interface Layout {
+  indexes: IndexCheckpoint[];
+  singles: string[];
+  others: string[];
+}
+
+/** Largest index file read here (the index reader has the same limit). */
+const MAX_INDEX_BYTES = 64 * 1024 * 1024;
+
+/** The folder's checkpoints (indexes and single files, shards belonging to their index) and other files. */
+async function readLayout(dir: string, formats: readonly TensorFormat[]): Promise<Layout> {
+  const info = await stat(dir).catch(() => undefined);
+  if (info === undefined || !info.isDirectory()) throw new StConvertError("InvalidOption", "is not a folder", { file: dir });
+  const entries = (await readdir(dir, { withFileTypes: true })).filter((e) => !e.name.startsWith(".") && (e.isFile() || e.isSymbolicLink()));
+  const names = entries.map((e) => e.name).sort();
+  const indexes: IndexCheckpoint[] = [];
+  const sharded = new Set<string>();
+  for (const name of names) {
+    const format = formatByExtension(name, formats);
+    if (format?.namedOnly !== true || !name.endsWith(".index.json")) continue;
+    const path = join(dir, name);
+    if ((await stat(path)).size > MAX_INDEX_BYTES)
+      throw new StConvertError("LimitExceeded", `the index is larger than ${MAX_INDEX_BYTES} bytes`, { file: path });
+    let parsed: { weight_map?: unknown; metadata?: unknown };
+    try {
+      parsed = JSON.parse(await readFile(path, "utf8")) as typeof parsed;
+    } catch (error) {
+      throw new StConvertError("InvalidIndex", `not JSON: ${(error as Error).message}`, { file: path });
+    }
+    const weightMap = parsed.weight_map;
+    if (typeof weightMap !== "object" || weightMap === null || Array.isArray(weightMap))
+      throw new StConvertError("InvalidIndex", "no weight_map object", { file: path });
+    const shards: string[] = [];
+    for (const [tensor, shard] of Object.entries(weightMap)) {
+      if (typeof shard !== "string" || shard === "" || /[\\/]/.test(shard) || shard === "." || shard === "..") {
+        throw new StConvertError("InvalidIndex", `shard name ${JSON.stringify(shard)} is not a file name beside the index`, { file: path, tensor });
+      }
+      if (!shards.includes(shard)) shards.push(shard);
+      sharded.add(shard);
+    }
+    const metadata = typeof parsed.metadata === "object" && parsed.metadata !== null ? (parsed.metadata as Record<string, unknown>) : {};
+    indexes.push({ path, name, shards, weightMap: weightMap as Record<string, string>, metadata });
+  }
+  const singles: string[] = [];
+  const others: string[] = [];
+  for (const name of names) {
+    if (sharded.has(name) || indexes.some((i) => i.name === name)) continue;
+    const format = formatByExtension(name, formats);
+    if (format !== undefined && format.namedOnly !== true && (await looksLike(join(dir, name), format))) singles.push(name);
+    else others.push(name);
+  }
+  return { indexes, singles, others };
+}
+
+/** False for a file of an ambiguous extension (`.json`) whose content is not that format (config.json). */
+async function looksLike(path: string, format: TensorFormat): Promise<boolean> {
+  if (format.ambiguousExtension !== true || format.sniff === undefined) return true;
+  const source = await openFileSource(path);
+  try {
+    return format.sniff(await readHead(source));
+  } finally {
+    await source.close();
+  }
+}
+
+/** `pytorch_model` (a torch checkpoint's Hub name) → `model` for safetensors; other stems stay. */
+function targetStem(stem: string, from: TensorFormat | undefined, to: TensorFormat): string {
+  if (from !== undefined && HUB_STEMS[from.name] === stem && HUB_STEMS[to.name] !== undefined) return HUB_STEMS[to.name]!;
+  return stem;
+}
+
+/** A checkpoint file's name in the target format: `pytorch_model-00001-of-00002.bin` → `model-00001-of-00002.safetensors`. */
+function targetName(name: string, formats: readonly TensorFormat[], to: TensorFormat): string {
+  const match = matchExtension(name, formats);
+  const stemWithSuffix = match === undefined ? name : name.slice(0, name.length - match.extension.length);
+  const suffix = SHARD_SUFFIX.exec(stemWithSuffix)?.[0] ?? "";
+  const stem = stemWithSuffix.slice(0, stemWithSuffix.length - suffix.length);
+  return `${targetStem(stem, match?.format, to)}${suffix}${to.extensions[0] ?? `.${to.name}`}`;
+}
+
+function planSingle(
+  name: string,
+  dir: string,
+  to: TensorFormat,
+  formats: readonly TensorFormat[],
+  options: ConvertModelOptions,
+  warn: (message: string, file: string) => void,
+): { run: (staging: string) => Promise<ModelCheckpoint>; names: string[] } {
+  const output = targetName(name, formats, to);
+  const sharding = options.maxShardSize !== undefined && shardable(to);
+  return {
+    // With a shard size, the names depend on the split: only the unsharded name is checked up front.
+    names: sharding ? [] : [output],
+    run: async (staging) => {
+      const result = await convert(join(dir, name), join(staging, output), {
+        ...checkpointOptions(options, warn),
+        maxShardSize: sharding ? options.maxShardSize : undefined,
+      });
+      const files = result.files.map((f) => f.slice(staging.length + 1));
+      return { input: join(dir, name), output: result.output.slice(staging.length + 1), files, tensors: result.tensors, bytes: result.bytes };
+    },
+  };
+}
+
+function planIndex(
+  index: IndexCheckpoint,
+  to: TensorFormat,
+  formats: readonly TensorFormat[],
+  options: ConvertModelOptions,
+  warn: (message: string, file: string) => void,
+): { run: (staging: string) => Promise<ModelCheckpoint>; names: string[] } {
+  const weightsName = index.name.slice(0, -".index.json".length);
+  const outWeights = targetName(weightsName, formats, to);
+  // Resharding (a size given) or a target without a sharded form: the checkpoint goes through the index reader whole.
+  if (options.maxShardSize !== undefined || !shardable(to)) {
+    const output = shardable(to) ? `${outWeights}.index.json` : outWeights;
+    return {
+      names: shardable(to) ? [] : [output],
+      run: async (staging) => {
+        if (!shardable(to)) warn(`${to.name} has no sharded form: the shards are merged into ${output}`, index.path);
+        const result = await convert(index.path, join(staging, output), checkpointOptions(options, warn));
+        const files = result.files.map((f) => f.slice(staging.length + 1));
+        return { input: index.path, output: result.output.slice(staging.length + 1), files, tensors: result.tensors, bytes: result.bytes };
+      },
+    };
+  }
+  // As the source was: shard k of the source becomes shard k of the output, and the index is rewritten.
+  const renamed = new Map(index.shards.map((shard) => [shard, targetName(shard, formats, to)]));
+  const outIndex = `${outWeights}.index.json`;
+  return {
+    names: [...renamed.values(), outIndex],
+    run: async (staging) => {
+      const dir = join(index.path, "..");
+      let tensors = 0;
+      let bytes = 0;
+      let parameters = 0;
+      const plan: ShardPlan = { shards: [], sharded: true, totalSize: 0, totalParameters: 0 };
+      for (const [shard, output] of renamed) {
+        const result = await convert(join(dir, shard), join(staging, output), checkpointOptions(options, warn));
+        tensors += result.tensors;
+        bytes += result.bytes;
+        const written = await inspect(join(staging, output), { formats: options.formats });
+        for (const t of written.tensors) parameters += t.shape.includes(0) ? 0 : t.shape.reduce((n, d) => n * d, 1);
+        plan.shards.push({ name: output, tensors: written.tensors.map((t) => ({ ...t, dtype: t.dtype as Dtype, chunks: () => emptyChunks() })) });
+      }
+      const mapped = new Set(plan.shards.flatMap((s) => s.tensors.map((t) => t.name)));
+      for (const name of Object.keys(index.weightMap)) {
+        if (!mapped.has(name))
+          throw new StConvertError("InvalidIndex", "the index maps a tensor that its shard does not hold", { file: index.path, tensor: name });
+      }
+      plan.totalSize = bytes;
+      plan.totalParameters = parameters;
+      await writeIndexFile(join(staging, outIndex), plan);
+      return { input: index.path, output: outIndex, files: [...renamed.values(), outIndex], tensors, bytes };
+    },
+  };
+}
+
+async function* emptyChunks(): AsyncGenerator<Uint8Array> {}
+
+async function writeIndexFile(path: string, plan: ShardPlan): Promise<void> {
+  await writeFile(path, indexJson(plan), { flag: "wx" });
+}
+
+/** The options of each checkpoint's conversion: the caller's, with warnings collected. */
+function checkpointOptions(options: ConvertModelOptions, warn: (message: string, file: string) => void): ConvertOptions {
+  const { copyOtherFiles: _copy, ...rest } = options;
+  // Into the fresh staging folder: nothing to force there (the real targets were checked up front).
+  return { ...rest, force: false, onWarning: warn };
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    (error: unknown) => {
+      if (isStConvertError(error)) throw error;
+      return false;
+    },
+  );
+}
