@@ -108,7 +108,7 @@ export async function convert(input: string | ByteSource, output: string | ByteS
     };
     if (sharding !== undefined) {
       try {
-        const written = await writeShards(observed.source, outputFormat, sharding.target, sharding.maxShardSize, {
+        const written = await writeShards(observed.source, sharding.target, sharding.maxShardSize, {
           force: options.force ?? false,
           write: async (part, sink, fileName) => {
             await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(fileName), fileName });

@@ -12,7 +12,7 @@ import { type Dtype, StConvertError, type TensorFormat, isStConvertError } from 
 import { openFileSource } from "@st-convert/core/node";
 import { type ConvertOptions, convert, inspect } from "./convert.js";
 import { FORMATS, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
-import { type ShardPlan, indexJson, shardName, shardable } from "./shards.js";
+import { type ShardPlan, indexJson, shardable } from "./shards.js";
 
 /** Options of {@link convertModel}: those of `convert()` (`to` required) plus what to do with the other files. */
 export interface ConvertModelOptions extends ConvertOptions {

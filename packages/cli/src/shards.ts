@@ -186,15 +186,14 @@ export interface ShardsWritten {
 }
 
 /**
- * Writes `source` as shards of at most `maxShardSize` bytes (a larger tensor alone) in `format`,
- * plus the index. Every file goes to a temporary name first; they are put in place only when all
+ * Writes `source` as shards of at most `maxShardSize` bytes (a larger tensor alone), each through
+ * `options.write` (the output format's writer), plus the index. Every file goes to a temporary name first; they are put in place only when all
  * were written. With `force`, an existing set is replaced whole: shards of the same name pattern
  * that the new set does not name are removed, and so is a stale index or unsharded file.
  * @throws StConvertError `OutputExists` when a file of the new set exists and `force` is off.
  */
 export async function writeShards(
   source: TensorSource,
-  format: TensorFormat,
   target: ShardTarget,
   maxShardSize: number,
   options: { force: boolean; write: (part: TensorSource, sink: ByteSink, fileName: string) => Promise<void> },
