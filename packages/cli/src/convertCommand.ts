@@ -31,6 +31,18 @@ device (/dev/stdout) is written through, never replaced; a directory is refused.
 file is first copied to a scratch file in the temporary folder (TMPDIR), since readers need random
 access. - as the output writes stdout (--to is then needed); with --json the report then goes to
 stderr. A reader that goes away (| head) ends the conversion quietly with status 141.
+
+--max-shard-size SIZE writes a sharded checkpoint as huggingface_hub splits it and transformers'
+save_pretrained indexes it (model-00001-of-0000N.safetensors + model.safetensors.index.json; torch:
+pytorch_model-….bin); the output is then the index, a checkpoint name or a folder, and an output
+that names an index (*.index.json) shards at 5GB without the option. All shards and the index
+appear together or not at all; --force replaces an existing set whole.
+
+A folder as the input is a model folder: st-convert MODEL_DIR OUT_DIR --to FORMAT converts each
+of its checkpoints (single files, indexes with their shards), named as the Hub names them and
+sharded as the source was (or as --max-shard-size says); --copy-other-files copies config.json,
+tokenizer files and the rest, which are otherwise listed. Nothing lands in OUT_DIR unless all of it
+succeeded.
 ${section("Options", optionLines(OPTIONS))}${section("Global options", optionLines(GLOBAL_OPTIONS))}${section("Format options", formatOptionLines(formats, formatOptions))}${section("Formats", formatLines(formats))}
 Exit status: 0 on success, 1 when the input is refused or the conversion fails, 2 on a usage error.
 `,
