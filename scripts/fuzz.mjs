@@ -1,5 +1,5 @@
 // A long fuzz run of every reader (the CI suite runs a short, seeded one):
-//   pnpm fuzz [--runs N] [--seed S] [--minutes M] [--project core|npy|flax|json]
+//   pnpm fuzz [--runs N] [--seed S] [--minutes M] [--project core|npy|flax|json|torch]
 // With --minutes, it repeats rounds with fresh seeds until the time is up. Each failure prints the
 // seed and the shrunk input, to be added to the hostile fixtures.
 import { spawnSync } from "node:child_process";

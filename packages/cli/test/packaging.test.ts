@@ -30,8 +30,15 @@ const packages = readdirSync(join(REPO_ROOT, "packages"))
   .filter((p) => p.manifest.private !== true);
 
 describe("published packages", () => {
-  it("are the five the project ships", () => {
-    expect(packages.map((p) => p.manifest.name).sort()).toEqual(["@st-convert/core", "@st-convert/flax", "@st-convert/json", "@st-convert/npy", "st-convert"]);
+  it("are the six the project ships", () => {
+    expect(packages.map((p) => p.manifest.name).sort()).toEqual([
+      "@st-convert/core",
+      "@st-convert/flax",
+      "@st-convert/json",
+      "@st-convert/npy",
+      "@st-convert/torch",
+      "st-convert",
+    ]);
   });
 
   it.each(packages.map((p) => [p.manifest.name, p] as const))("%s has a complete manifest", (_name, { dir, manifest }) => {

@@ -1,0 +1,28 @@
+/**
+ * Error codes of the PyTorch checkpoint formats. Each names the rule a file broke; where Python
+ * or torch has a word for it, the code is that word (`UnpicklingError`, torch's weights-only
+ * "Unsupported global"). Refusals are `StConvertError`s from `@st-convert/core` carrying one of
+ * these codes, a zip code of the npz reader this package reuses (`BadZipFile`, `BadCrc`,
+ * `OverlappingMembers`, `MemberSizeMismatch`), or a shared core code (`UnexpectedEof`,
+ * `LimitExceeded`, `Unsupported`, `DuplicateKey`, `InvalidName`, `InvalidArgument`,
+ * `InvalidIndex`, `TensorNotFound`).
+ */
+export type TorchErrorCode =
+  /** The pickle is malformed: an unknown or refused opcode, a stack or mark underflow, a missing memo entry, an operand of the wrong type. */
+  | "UnpicklingError"
+  /** A tensor or storage flows into a callable st-convert does not interpret (it runs none): the symbol is named. */
+  | "UnsupportedGlobal"
+  /** A persistent id that is not a storage, an unknown storage class, one storage key declared two ways. */
+  | "InvalidStorage"
+  /** A storage a tensor needs is not in the file (no zip member, not in the legacy key list). */
+  | "MissingStorage"
+  /** A storage's bytes are not the length its element count and class say (a member or a legacy record too short or too long). */
+  | "StorageSizeMismatch"
+  /** A rebuild call with malformed arguments, or a view (offset, size, strides) that reaches past its storage. */
+  | "InvalidTensor"
+  /** A torch dtype without a safetensors equivalent (complex128, complex32, quantized, bits, sub-byte types). */
+  | "UnsupportedDtype"
+  /** The file is something else: a safetensors file or a Git LFS pointer saved as `.bin`, an `.npz`, any other file (the message says which). */
+  | "NotACheckpoint"
+  /** The container is not a checkpoint torch writes: no `data.pkl`, a bad `byteorder`, a legacy file with a wrong magic number or protocol. */
+  | "InvalidCheckpoint";

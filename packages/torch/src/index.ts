@@ -1,0 +1,25 @@
+/**
+ * `@st-convert/torch`: PyTorch checkpoints (`torch.save`, zip and legacy) to and from the tensor
+ * model of st-convert, read by a pickle reader that runs nothing, streaming both ways.
+ */
+export {
+  MAX_EXPANDED_BYTES,
+  MAX_GATHER_WINDOW,
+  MAX_MEMO_ENTRIES,
+  MAX_NESTING_DEPTH,
+  MAX_PICKLE_OBJECTS,
+  MAX_PICKLE_SIZE,
+  MAX_RANK,
+  MAX_STACK_SIZE,
+  MAX_WARNINGS,
+  type TorchFile,
+  type TorchReadOptions,
+  type TorchTensor,
+  classifyTorchHead,
+  readTorch,
+} from "./readTorch.js";
+export { MAX_TORCH_INDEX_SIZE, type ShardedTorch, type TorchIndexReadOptions, readTorchIndex } from "./readTorchIndex.js";
+export { type TorchWriteOptions, writeTorch } from "./writeTorch.js";
+export { sniffTorch, torchFormat, torchIndexFormat } from "./torchFormat.js";
+export type { TorchErrorCode } from "./TorchErrorCode.js";
+export { type PickleValue, type UnpickleOptions, type Unpickled, type UnpicklerHooks, NeedMoreData, describeValue, unpickle } from "./Unpickler.js";

@@ -1,0 +1,823 @@
+/**
+ * PyTorch checkpoints read without running pickle: the zip format of `torch.save` (torch ≥ 1.6)
+ * and the legacy stream (`_use_new_zipfile_serialization=False`), listed as named tensors whose
+ * bytes are read on demand, in C order and little-endian.
+ *
+ * Spec: torch 2.13 `torch/serialization.py` (`_save`, `_load`, `_legacy_save`, `_legacy_load`) and
+ * `torch/_utils.py` (the rebuild functions); the facts measured on torch's own files are in the
+ * repository's `docs/pytorch.md`. The zip container is the npz reader's (`@st-convert/npy`).
+ */
+import {
+  type ByteInput,
+  type ByteSource,
+  DEFAULT_CHUNK_SIZE,
+  type ChunkOptions,
+  type Metadata,
+  StConvertError,
+  type TensorEntry,
+  type TensorSource,
+  compareCodePoints,
+  createMetadata,
+  quoteName,
+  readRange,
+  swapBytesInPlace,
+  toByteSource,
+  withContext,
+} from "@st-convert/core";
+import { type Codec, type ZipMember, loadCodec, locateMembers, memberPayload, readZipDirectory } from "@st-convert/npy";
+import type { TorchErrorCode } from "./TorchErrorCode.js";
+import { MAX_RANK, type StorageRef, type TensorRef, asTorch, torchHooks } from "./torchSymbols.js";
+import {
+  MAX_MEMO_ENTRIES,
+  MAX_NESTING_DEPTH,
+  MAX_PICKLE_OBJECTS,
+  MAX_STACK_SIZE,
+  NeedMoreData,
+  type PickleValue,
+  type Unpickled,
+  type UnpickleOptions,
+  describeValue,
+  unpickle,
+} from "./Unpickler.js";
+
+export { MAX_MEMO_ENTRIES, MAX_NESTING_DEPTH, MAX_PICKLE_OBJECTS, MAX_RANK, MAX_STACK_SIZE };
+
+/**
+ * Largest pickle read, in bytes: the pickle is held in memory while it is decoded. A state dict's
+ * pickle takes a few hundred bytes per tensor (a 70B model's, about a megabyte); 256 MiB leaves
+ * room for training checkpoints with large Python state and bounds what a hostile file costs.
+ */
+export const MAX_PICKLE_SIZE = 256 * 1024 * 1024;
+
+/**
+ * Largest output of a view whose elements overlap (stride 0, `expand`), beyond its storage's own
+ * size: real ones are masks and position ids of a few kilobytes; a hostile one declares terabytes
+ * over a few elements and would be materialised in full.
+ */
+export const MAX_EXPANDED_BYTES = 1024 * 1024 * 1024;
+
+/**
+ * Largest stretch of a storage read into memory to gather a non-contiguous view (a transposed
+ * weight, a slice) into C order. 256 MiB holds an 8192 × 8192 float32 weight; views over larger
+ * windows are gathered run by run from the file, in bounded memory but more slowly.
+ */
+export const MAX_GATHER_WINDOW = 256 * 1024 * 1024;
+
+/** Skipped values reported one by one; the rest are counted in one line. */
+export const MAX_WARNINGS = 20;
+
+/** `torch.serialization.MAGIC_NUMBER`, the first pickle of a legacy file. */
+const LEGACY_MAGIC = 0x1950a86a20f9469cfc6cn;
+/** `torch.serialization.PROTOCOL_VERSION`, the second. */
+const LEGACY_PROTOCOL = 1001;
+/** Bytes of a legacy file first read for its small pickles; doubled while a pickle goes on. */
+const LEGACY_FIRST_WINDOW = 64 * 1024;
+
+/** Options of {@link readTorch}. */
+export interface TorchReadOptions {
+  /**
+   * Read the tensors under this key of the top-level dict (a dotted path for nested dicts:
+   * `"model"`, `"module.state_dict"`). Default: the whole object, with a lone `state_dict`
+   * wrapper unwrapped.
+   */
+  key?: string;
+  /** Name of a tensor saved on its own (`torch.save(tensor)`). Default `"tensor"`. */
+  rootName?: string;
+  /** Receives non-fatal notices (skipped values). */
+  onWarning?: (message: string) => void;
+  /** Largest pickle, in bytes. Default {@link MAX_PICKLE_SIZE}. */
+  maxPickleSize?: number;
+  /** Default {@link MAX_MEMO_ENTRIES}. */
+  maxMemoEntries?: number;
+  /** Default {@link MAX_STACK_SIZE}. */
+  maxStackSize?: number;
+  /** Default {@link MAX_NESTING_DEPTH}. */
+  maxNestingDepth?: number;
+  /** Values made by the pickle, and values visited when naming tensors. Default {@link MAX_PICKLE_OBJECTS}. */
+  maxObjects?: number;
+  /** Default {@link MAX_EXPANDED_BYTES}. */
+  maxExpandedBytes?: number;
+  /** Default {@link MAX_GATHER_WINDOW}. */
+  maxGatherWindow?: number;
+  /** Default {@link MAX_WARNINGS}. */
+  maxWarnings?: number;
+  /** `"fflate"` forces the portable codec (CRC-32, inflate) browsers use; default `node:zlib` when present. */
+  codec?: "auto" | "fflate";
+}
+
+/** One tensor of a checkpoint: a view of a storage, delivered in C order. */
+export interface TorchTensor extends TensorEntry {
+  /** The storage's key (`data/<key>` in a zip). */
+  readonly storageKey: string;
+  /** First element of the view in its storage, in elements of the tensor's dtype. */
+  readonly storageOffset: number;
+  /** Strides in elements, as the file declares them. */
+  readonly strides: readonly number[];
+  /** True when the view's bytes are one stretch of the storage in C order (streamed as they are). */
+  readonly contiguous: boolean;
+}
+
+/** A checkpoint whose tensors have not been read yet. */
+export interface TorchFile extends TensorSource {
+  readonly format: "torch-zip" | "torch-legacy";
+  /** `{"format": "pt"}` and one `removed: kept` entry per alias, as safetensors' `convert.py` writes. */
+  readonly metadata: Metadata;
+  /** Tensors in the pickle's order, one per distinct view (aliases left out). */
+  readonly tensors: readonly TorchTensor[];
+  /** Names left out because they are identical views of a tensor kept under another name: `{removed: kept}`. */
+  readonly aliases: Readonly<Record<string, string>>;
+  /** Names of the values that are not tensors, skipped. */
+  readonly skipped: readonly string[];
+  /** True when the file's storages are big-endian (swapped as they are read). */
+  readonly bigEndian: boolean;
+}
+
+function fail(
+  code: TorchErrorCode | "Unsupported" | "LimitExceeded" | "DuplicateKey" | "InvalidArgument" | "InvalidName",
+  rule: string,
+  tensor?: string,
+): never {
+  throw new StConvertError(code, rule, { tensor });
+}
+
+// ----- recognising the file -----
+
+/** `8a 0a` + the magic number's bytes: LONG1 of the legacy magic, after PROTO (and FRAME from protocol 4). */
+const MAGIC_LONG = [0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+
+/** What the first bytes of a file say it is. */
+export function classifyTorchHead(head: Uint8Array): "zip" | "legacy" | "tar" | "safetensors" | "lfs-pointer" | "unknown" {
+  if (head[0] === 0x50 && head[1] === 0x4b && (head[2] === 3 || head[2] === 5) && (head[3] === 4 || head[3] === 6)) return "zip";
+  if (head[0] === 0x80) {
+    const at = head[1]! >= 4 && head[2] === 0x95 ? 11 : 2;
+    if (MAGIC_LONG.every((b, i) => head[at + i] === b)) return "legacy";
+  }
+  if (head.byteLength >= 262 && String.fromCharCode(...head.subarray(257, 262)) === "ustar") return "tar";
+  if (String.fromCharCode(...head.subarray(0, 40)).startsWith("version https://git-lfs.github.com/spec/")) return "lfs-pointer";
+  if (head.byteLength >= 9) {
+    const n = new DataView(head.buffer, head.byteOffset, 8).getBigUint64(0, true);
+    if (n >= 2n && n <= 100_000_000n && head[8] === 0x7b) return "safetensors";
+  }
+  return "unknown";
+}
+
+/**
+ * Reads a PyTorch checkpoint's structure: the pickle is decoded (nothing in it runs), its tensors
+ * named, their storages located and every view checked against its storage. No tensor byte is read.
+ * @throws StConvertError with a {@link TorchErrorCode}, a zip code (`BadZipFile`, …), or
+ *   `NotACheckpoint` (a safetensors file, a Git LFS pointer, anything else), naming the file and,
+ *   where one is concerned, the tensor.
+ */
+export async function readTorch(input: ByteInput, options: TorchReadOptions = {}): Promise<TorchFile> {
+  const source = toByteSource(input);
+  try {
+    const head = await source.read(0, Math.min(source.size, 512));
+    const kind = classifyTorchHead(head);
+    switch (kind) {
+      case "zip":
+        return await readZipCheckpoint(source, options);
+      case "legacy":
+        return await readLegacyCheckpoint(source, options);
+      case "tar":
+        return fail("Unsupported", "a tar archive: the checkpoint format of torch < 0.1.10 is not supported (load and re-save it with a newer torch)");
+      case "safetensors":
+        return fail("NotACheckpoint", "this is a safetensors file, not a PyTorch checkpoint: read it as safetensors (--from safetensors)");
+      case "lfs-pointer":
+        return fail(
+          "NotACheckpoint",
+          "this is a Git LFS pointer (version https://git-lfs.github.com/spec/v1), not the checkpoint itself: fetch it with `git lfs pull`",
+        );
+      default:
+        return fail("NotACheckpoint", "not a PyTorch checkpoint: neither a zip archive with a data.pkl nor a legacy torch.save stream");
+    }
+  } catch (error) {
+    throw withContext(error, { file: source.name });
+  }
+}
+
+function unpickleOptions(options: TorchReadOptions): UnpickleOptions {
+  return {
+    maxMemoEntries: options.maxMemoEntries,
+    maxStackSize: options.maxStackSize,
+    maxNestingDepth: options.maxNestingDepth,
+    maxObjects: options.maxObjects,
+  };
+}
+
+// ----- storage bytes -----
+
+/** The bytes of one storage, wherever they are. */
+interface StorageBytes {
+  readonly size: number;
+  /** `[offset, offset + length)` in chunks of at most `chunkSize`, integrity checked where the container has a check. */
+  range(offset: number, length: number, options: ChunkOptions): AsyncGenerator<Uint8Array>;
+  /** Random access, where the container allows it (not inside a deflated member). */
+  readonly read: ((offset: number, length: number) => Promise<Uint8Array>) | undefined;
+}
+
+function crcError(member: ZipMember, actual: number): StConvertError {
+  const hex = (n: number) => n.toString(16).padStart(8, "0");
+  return new StConvertError(
+    "BadCrc",
+    `Bad CRC-32 for member ${JSON.stringify(member.name)}: the archive records ${hex(member.crc32)}, its bytes have ${hex(actual)}`,
+  );
+}
+
+/**
+ * A stored member. Its CRC-32 is checked once, the first time its bytes are read: on the fly when
+ * a tensor covers the whole member, by a pass of its own before a partial view is served. A CRC
+ * of 0 is torch's "not computed" (`compute_crc32 = False`) and is not checked.
+ */
+function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): StorageBytes {
+  let verified: Promise<void> | undefined = member.crc32 === 0 ? Promise.resolve() : undefined;
+  let checked = member.crc32 === 0;
+  const verify = (): Promise<void> => {
+    verified ??= (async () => {
+      let crc = 0;
+      for await (const chunk of readRange(source, member.dataOffset, member.size, { reuse: true })) crc = codec.crc32(chunk, crc);
+      if (crc !== member.crc32) throw crcError(member, crc);
+      checked = true;
+    })();
+    return verified;
+  };
+  return {
+    size: member.size,
+    async *range(offset, length, options) {
+      if (!checked && offset === 0 && length === member.size) {
+        let crc = 0;
+        for await (const chunk of readRange(source, member.dataOffset, length, options)) {
+          yield chunk;
+          crc = codec.crc32(chunk, crc);
+        }
+        if (crc !== member.crc32) throw crcError(member, crc);
+        checked = true;
+        return;
+      }
+      await verify();
+      yield* readRange(source, member.dataOffset + offset, length, options);
+    },
+    read: async (offset, length) => {
+      await verify();
+      return source.read(member.dataOffset + offset, length);
+    },
+  };
+}
+
+/** A deflated member (a checkpoint re-zipped by another tool): inflated on every pass, CRC checked at each pass's end. */
+function deflatedStorage(source: ByteSource, member: ZipMember, codec: Codec): StorageBytes {
+  const payload = memberPayload(source, member, codec);
+  return {
+    size: member.size,
+    range: (offset, length, options) => payload.range(offset, length, { chunkSize: options.chunkSize ?? DEFAULT_CHUNK_SIZE }),
+    read: undefined,
+  };
+}
+
+/** Bytes of a legacy file's storage record, after its element count. No integrity check exists. */
+function legacyStorage(source: ByteSource, dataOffset: number, size: number): StorageBytes {
+  return {
+    size,
+    range: (offset, length, options) => readRange(source, dataOffset + offset, length, options),
+    read: (offset, length) => source.read(dataOffset + offset, length),
+  };
+}
+
+// ----- the zip format -----
+
+async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions): Promise<TorchFile> {
+  const codec = await loadCodec(options.codec === "fflate" ? "fflate" : undefined);
+  const directory = await readZipDirectory(source);
+  const members = await locateMembers(source, directory);
+  const pickleMember = members.find((m) => m.name === "data.pkl" || m.name.endsWith("/data.pkl"));
+  if (pickleMember === undefined) {
+    fail("NotACheckpoint", "a zip archive without a data.pkl member: not a PyTorch checkpoint (an .npz? read it with --from npz)");
+  }
+  // The folder holding data.pkl is the root, whatever its name (torch uses the file's stem).
+  const root = pickleMember.name.slice(0, -"data.pkl".length);
+  const byName = new Map(members.map((m) => [m.name, m]));
+  const memberBytes = (member: ZipMember): StorageBytes =>
+    member.method === 0 ? storedStorage(source, member, codec) : deflatedStorage(source, member, codec);
+  const small = async (member: ZipMember, limit: number, what: string): Promise<Uint8Array> => {
+    if (member.size > limit) fail("LimitExceeded", `${what} (member ${JSON.stringify(member.name)}) has ${member.size} bytes, more than the limit of ${limit}`);
+    const parts: Uint8Array[] = [];
+    for await (const chunk of memberBytes(member).range(0, member.size, {})) parts.push(new Uint8Array(chunk));
+    return concat(parts, member.size);
+  };
+
+  let bigEndian = false;
+  const byteorder = byName.get(`${root}byteorder`);
+  if (byteorder !== undefined) {
+    const text = new TextDecoder().decode(await small(byteorder, 64, "the byteorder record")).trim();
+    if (text !== "little" && text !== "big") fail("InvalidCheckpoint", `the byteorder record says ${JSON.stringify(text.slice(0, 20))}, not "little" or "big"`);
+    bigEndian = text === "big";
+  }
+  const pickle = await small(pickleMember, options.maxPickleSize ?? MAX_PICKLE_SIZE, "the pickle");
+  const { value, opaqueCalls } = unpickle(pickle, torchHooks(), unpickleOptions(options));
+  const named = nameTensors(value, opaqueCalls, options);
+
+  const storages = new Map<string, StorageBytes>();
+  const storageOf = (ref: StorageRef): StorageBytes => {
+    let bytes = storages.get(ref.key);
+    if (bytes === undefined) {
+      const member = byName.get(`${root}data/${ref.key}`);
+      if (member === undefined)
+        fail("MissingStorage", `storage ${JSON.stringify(ref.key)} has no member ${JSON.stringify(`${root}data/${ref.key}`)} in the archive`);
+      bytes = memberBytes(member);
+      storages.set(ref.key, bytes);
+    }
+    return bytes;
+  };
+  return finish("torch-zip", named, storageOf, bigEndian, options);
+}
+
+function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
+  if (parts.length === 1) return parts[0]!;
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const part of parts) {
+    out.set(part, at);
+    at += part.byteLength;
+  }
+  return out;
+}
+
+// ----- the legacy format -----
+
+/**
+ * Runs the pickle that starts at `offset`, reading a window of the file that grows (doubling) until
+ * the pickle's STOP is inside it, up to `maxPickleSize`.
+ */
+async function pickleAt(source: ByteSource, offset: number, options: TorchReadOptions, what: string, hooks = torchHooks()): Promise<Unpickled> {
+  const limit = options.maxPickleSize ?? MAX_PICKLE_SIZE;
+  for (let window = LEGACY_FIRST_WINDOW; ; window *= 2) {
+    const length = Math.min(window, limit, source.size - offset);
+    const whole = length === source.size - offset;
+    const bytes = await source.read(offset, length);
+    try {
+      return unpickle(bytes, hooks, { ...unpickleOptions(options), partial: !whole });
+    } catch (error) {
+      if (!(error instanceof NeedMoreData)) throw error;
+      if (length >= limit) fail("LimitExceeded", `${what} at byte ${offset} is longer than the limit of ${limit} bytes (maxPickleSize)`);
+    }
+  }
+}
+
+async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOptions): Promise<TorchFile> {
+  let at = 0;
+  const next = async (what: string): Promise<PickleValue> => {
+    const { value, end } = await pickleAt(source, at, options, what);
+    at += end;
+    return value;
+  };
+  const magic = await next("the magic number");
+  if (magic !== LEGACY_MAGIC) fail("InvalidCheckpoint", "Invalid magic number; corrupt file?");
+  const protocol = await next("the protocol version");
+  if (protocol !== LEGACY_PROTOCOL) fail("InvalidCheckpoint", `Invalid protocol version: ${describeValue(protocol)} (torch writes ${LEGACY_PROTOCOL})`);
+  const sysInfo = await next("sys_info");
+  let bigEndian = false;
+  if (sysInfo !== null && typeof sysInfo === "object" && sysInfo.kind === "dict") {
+    const little = sysInfo.entries.get("slittle_endian")?.value;
+    if (little === false) bigEndian = true;
+  }
+  const hooks = torchHooks();
+  const { value, end, opaqueCalls } = await pickleAt(source, at, options, "the object pickle", hooks);
+  at += end;
+  const named = nameTensors(value, opaqueCalls, options);
+  const keysValue = await next("the storage key list");
+  if (keysValue === null || typeof keysValue !== "object" || keysValue.kind !== "list" || !keysValue.items.every((k) => typeof k === "string")) {
+    fail("InvalidCheckpoint", `the storage key list is ${describeValue(keysValue)}, not a list of str`);
+  }
+  // Storage records follow in the key list's order: an 8-byte element count, then the elements.
+  const declared = hooks.storages;
+  const records = new Map<string, StorageBytes>();
+  for (const key of keysValue.items as string[]) {
+    const ref = declared.get(key);
+    if (at + 8 > source.size) fail("StorageSizeMismatch", `the file ends at byte ${source.size}, before the record of storage ${JSON.stringify(key)}`);
+    const countBytes = await source.read(at, 8);
+    const count = new DataView(countBytes.buffer, countBytes.byteOffset, 8).getBigUint64(0, !bigEndian);
+    if (ref === undefined) {
+      fail("InvalidStorage", `storage ${JSON.stringify(key)} is listed but no persistent id declares it, so its element size is unknown`);
+    }
+    if (count !== BigInt(ref.numel)) {
+      fail("StorageSizeMismatch", `storage ${JSON.stringify(key)} is declared with ${ref.numel} elements, but its record holds ${count}`);
+    }
+    const size = ref.numel * ref.dtype.size;
+    if (at + 8 + size > source.size) {
+      fail("StorageSizeMismatch", `storage ${JSON.stringify(key)} needs ${size} bytes from byte ${at + 8}, but the file ends at byte ${source.size}`);
+    }
+    records.set(key, legacyStorage(source, at + 8, size));
+    at += 8 + size;
+  }
+  const storageOf = (ref: StorageRef): StorageBytes => {
+    const bytes = records.get(ref.key);
+    if (bytes === undefined) fail("MissingStorage", `storage ${JSON.stringify(ref.key)} is not in the file's storage key list`);
+    return bytes;
+  };
+  return finish("torch-legacy", named, storageOf, bigEndian, options);
+}
+
+// ----- naming -----
+
+interface NamedTensor {
+  readonly name: string;
+  readonly ref: TensorRef;
+}
+
+interface Named {
+  /** Every tensor found, in the pickle's order. */
+  readonly all: readonly NamedTensor[];
+  readonly skipped: readonly string[];
+}
+
+/** The first storage or tensor inside `value`, visiting each container once. */
+function findTorch(value: PickleValue, maxVisits: number, callees?: Set<string>): StorageRef | TensorRef | undefined {
+  const seen = new Set<object>();
+  const stack: PickleValue[] = [value];
+  while (stack.length > 0) {
+    const v = stack.pop()!;
+    if (v === null || typeof v !== "object" || seen.has(v)) continue;
+    seen.add(v);
+    if (seen.size > maxVisits) fail("LimitExceeded", `a value holds more than ${maxVisits} values (maxObjects)`);
+    switch (v.kind) {
+      case "native":
+        return asTorch(v);
+      case "tuple":
+      case "list":
+      case "set":
+        stack.push(...v.items);
+        break;
+      case "dict":
+        for (const { key, value: item } of v.entries.values()) stack.push(key, item);
+        break;
+      case "opaque":
+        callees?.add(v.callee);
+        stack.push(...v.given);
+        break;
+    }
+  }
+  return undefined;
+}
+
+/** A dict key as a name segment: a str as it is, an int in decimal; undefined for other keys. */
+function segment(key: PickleValue): string | undefined {
+  if (typeof key === "string") return key;
+  if (typeof key === "number" || typeof key === "bigint") return String(key);
+  return undefined;
+}
+
+function entryOf(dict: PickleValue, key: string): PickleValue | undefined {
+  if (dict === null || typeof dict !== "object" || dict.kind !== "dict") return undefined;
+  return dict.entries.get(`s${key}`)?.value ?? (/^-?\d+$/.test(key) ? dict.entries.get(`i${key}`)?.value : undefined);
+}
+
+/**
+ * Walks the unpickled object: nested dicts, lists and tuples give names joined with `.`; tensors
+ * are the leaves; anything else is skipped and reported. Shared containers are walked each time
+ * they are reached (as Python would), within `maxObjects` visits.
+ */
+function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options: TorchReadOptions): Named {
+  const maxVisits = options.maxObjects ?? MAX_PICKLE_OBJECTS;
+  const maxDepth = options.maxNestingDepth ?? MAX_NESTING_DEPTH;
+  const maxWarnings = options.maxWarnings ?? MAX_WARNINGS;
+  const skipped: string[] = [];
+  const notices: string[] = [];
+  const reported = new Set<string>();
+  const skip = (name: string, what: string): void => {
+    skipped.push(name);
+    notices.push(`skipped ${quoteName(name)}: ${what}`);
+  };
+
+  // `name` is undefined at the root; `depth` counts the segments.
+  type Frame = { value: PickleValue; name: string | undefined; depth: number } | { exit: object };
+  const stack: Frame[] = [];
+  if (options.key !== undefined) {
+    let value: PickleValue | undefined = root;
+    const parts = options.key.split(".");
+    for (const part of parts) {
+      value = entryOf(value ?? null, part);
+      if (value === undefined) {
+        const keys =
+          root !== null && typeof root === "object" && root.kind === "dict"
+            ? [...root.entries.values()].map((e) => segment(e.key)).filter((k) => k !== undefined)
+            : [];
+        fail(
+          "InvalidArgument",
+          `--key ${JSON.stringify(options.key)}: the checkpoint has no such entry (top-level keys: ${keys.map((k) => JSON.stringify(k)).join(", ") || "none"})`,
+        );
+      }
+    }
+    stack.push({ value: value!, name: undefined, depth: 0 });
+  } else {
+    const wrapper = entryOf(root, "state_dict");
+    const bearing =
+      root !== null && typeof root === "object" && root.kind === "dict"
+        ? [...root.entries.values()].filter((e) => findTorch(e.value, maxVisits) !== undefined).map((e) => e.key)
+        : [];
+    if (wrapper !== undefined && bearing.length === 1 && bearing[0] === "state_dict" && root !== null && typeof root === "object" && root.kind === "dict") {
+      // A training checkpoint: the tensors are named as in the state dict; the other entries are reported under their own names.
+      const siblings = [...root.entries.values()].filter((e) => e.key !== "state_dict");
+      for (let i = siblings.length - 1; i >= 0; i--) {
+        const name = segment(siblings[i]!.key);
+        if (name === undefined) skip(`[${describeValue(siblings[i]!.key)} key]`, "an entry whose key is not a str or an int");
+        else stack.push({ value: siblings[i]!.value, name, depth: 1 });
+      }
+      stack.push({ value: wrapper, name: undefined, depth: 0 });
+    } else stack.push({ value: root, name: undefined, depth: 0 });
+  }
+
+  const all: NamedTensor[] = [];
+  const names = new Set<string>();
+  const onPath = new Set<object>();
+  let visits = 0;
+  while (stack.length > 0) {
+    const frame = stack.pop()!;
+    if ("exit" in frame) {
+      onPath.delete(frame.exit);
+      continue;
+    }
+    const { value, depth } = frame;
+    if (++visits > maxVisits) fail("LimitExceeded", `naming the tensors visits more than ${maxVisits} values: shared containers repeat too often (maxObjects)`);
+    if (depth > maxDepth) fail("LimitExceeded", `values nest deeper than ${maxDepth} levels (maxNestingDepth)`);
+    const name = frame.name ?? options.rootName ?? "tensor";
+    const child = (s: string): string => (frame.name === undefined ? s : `${frame.name}.${s}`);
+    if (value === null || typeof value !== "object" || value.kind === "float" || value.kind === "bytes" || value.kind === "global") {
+      skip(name, describeValue(value));
+      continue;
+    }
+    if (value.kind === "native") {
+      const torch = asTorch(value)!;
+      if (torch.kind === "storage") {
+        skip(name, `a bare storage (${torch.className}), not a tensor`);
+        continue;
+      }
+      if (names.has(name)) fail("DuplicateKey", 'two tensors have this name (a key holding "." beside the same path nested)', name);
+      names.add(name);
+      all.push({ name, ref: torch });
+      continue;
+    }
+    if (value.kind === "opaque") {
+      const inside = findTorch(value, maxVisits, reported);
+      if (inside !== undefined) {
+        fail(
+          "UnsupportedGlobal",
+          `a ${inside.kind} is given to ${value.callee}, which st-convert does not interpret (it runs nothing a pickle names): refused rather than guessed`,
+          name,
+        );
+      }
+      skip(name, describeValue(value));
+      continue;
+    }
+    if (value.kind === "set") {
+      if (findTorch(value, maxVisits) !== undefined) fail("UnsupportedGlobal", "a set holds tensors: sets have no names to give them", name);
+      skip(name, "a set");
+      continue;
+    }
+    if (onPath.has(value)) {
+      skip(name, `${describeValue(value)} that contains itself`);
+      continue;
+    }
+    onPath.add(value);
+    stack.push({ exit: value });
+    if (value.kind === "dict") {
+      const entries = [...value.entries.values()];
+      for (let i = entries.length - 1; i >= 0; i--) {
+        const s = segment(entries[i]!.key);
+        if (s === undefined) {
+          if (findTorch(entries[i]!.value, maxVisits) !== undefined)
+            fail("InvalidName", `a tensor under a ${describeValue(entries[i]!.key)} key has no name`, name);
+          skip(`${name}[${describeValue(entries[i]!.key)} key]`, "an entry whose key is not a str or an int");
+          continue;
+        }
+        stack.push({ value: entries[i]!.value, name: child(s), depth: depth + 1 });
+      }
+    } else {
+      for (let i = value.items.length - 1; i >= 0; i--) stack.push({ value: value.items[i]!, name: child(String(i)), depth: depth + 1 });
+    }
+  }
+
+  const unreported = opaqueCalls.filter((c) => !reported.has(c));
+  const warn = options.onWarning;
+  if (warn !== undefined) {
+    for (const notice of notices.slice(0, maxWarnings)) warn(notice);
+    if (notices.length > maxWarnings) warn(`skipped ${notices.length - maxWarnings} more values that are not tensors`);
+    if (unreported.length > 0) {
+      warn(`the pickle also calls ${unreported.join(", ")}: st-convert ran none of it, and nothing those calls would return is in the output`);
+    }
+  }
+  return { all, skipped };
+}
+
+// ----- tensors -----
+
+/** Bytes of one element swapped as a unit when a big-endian file is read (a complex swaps per half). */
+function swapUnit(ref: TensorRef): number {
+  return ref.dtype.code === "C64" ? 4 : ref.dtype.size;
+}
+
+function isContiguous(shape: readonly number[], strides: readonly number[]): boolean {
+  let expected = 1;
+  for (let i = shape.length - 1; i >= 0; i--) {
+    if (shape[i] === 0) return true;
+    if (shape[i] !== 1 && strides[i] !== expected) return false;
+    expected *= shape[i]!;
+  }
+  return true;
+}
+
+/**
+ * Checks a view against its storage with exact arithmetic, then makes its entry.
+ * @throws StConvertError `InvalidTensor`, `LimitExceeded`, `UnsupportedDtype`.
+ */
+function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEndian: boolean, options: TorchReadOptions): TorchTensor {
+  const code = ref.dtype.code;
+  if (code === undefined) {
+    fail("UnsupportedDtype", `torch.${ref.dtype.torchName} has no safetensors dtype`, name);
+  }
+  if (ref.shape.length > MAX_RANK) fail("InvalidTensor", `${ref.shape.length} dimensions, more than ${MAX_RANK}`, name);
+  const es = BigInt(ref.dtype.size);
+  let numel = 1n;
+  let last = BigInt(ref.offset);
+  for (let i = 0; i < ref.shape.length; i++) {
+    numel *= BigInt(ref.shape[i]!);
+    last += BigInt(Math.max(ref.shape[i]! - 1, 0)) * BigInt(ref.strides[i]!);
+  }
+  const declared = BigInt(ref.storage.numel) * BigInt(ref.storage.dtype.size);
+  const view = `${ref.dtype.torchName} view at element offset ${ref.offset}, size [${ref.shape.join(", ")}], stride [${ref.strides.join(", ")}]`;
+  if (numel > 0n && (last + 1n) * es > declared) {
+    fail("InvalidTensor", `the ${view} reaches byte ${(last + 1n) * es} of storage ${JSON.stringify(ref.storage.key)}, which holds ${declared} bytes`, name);
+  }
+  const byteLength = numel * es;
+  const maxExpanded = BigInt(options.maxExpandedBytes ?? MAX_EXPANDED_BYTES);
+  if (byteLength > declared && byteLength > maxExpanded) {
+    fail(
+      "LimitExceeded",
+      `the ${view} declares ${byteLength} bytes over a storage of ${declared}: overlapping elements past ${maxExpanded} bytes are refused (maxExpandedBytes)`,
+      name,
+    );
+  }
+  if (byteLength > BigInt(Number.MAX_SAFE_INTEGER)) fail("Unsupported", `${byteLength} bytes is past 2^53 - 1`, name);
+  if (BigInt(storage.size) !== declared) {
+    fail(
+      "StorageSizeMismatch",
+      `storage ${JSON.stringify(ref.storage.key)} is declared as ${ref.storage.numel} × ${ref.storage.className} elements (${declared} bytes), but holds ${storage.size} bytes`,
+      name,
+    );
+  }
+  const length = Number(byteLength);
+  const contiguous = isContiguous(ref.shape, ref.strides);
+  const unit = bigEndian ? swapUnit(ref) : 1;
+  const maxWindow = options.maxGatherWindow ?? MAX_GATHER_WINDOW;
+  return {
+    name,
+    dtype: code,
+    shape: [...ref.shape],
+    byteLength: length,
+    storageKey: ref.storage.key,
+    storageOffset: ref.offset,
+    strides: [...ref.strides],
+    contiguous,
+    async *chunks(chunkOptions: ChunkOptions = {}) {
+      try {
+        if (length === 0) return;
+        if (contiguous) {
+          for await (const chunk of storage.range(ref.offset * ref.dtype.size, length, unit > 1 ? { ...chunkOptions, reuse: false } : chunkOptions)) {
+            if (unit > 1) {
+              const copy = new Uint8Array(chunk);
+              swapBytesInPlace(copy, unit);
+              yield copy;
+            } else yield chunk;
+          }
+          return;
+        }
+        for await (const chunk of gather(ref, storage, length, chunkOptions.chunkSize ?? DEFAULT_CHUNK_SIZE, maxWindow)) {
+          if (unit > 1) swapBytesInPlace(chunk, unit);
+          yield chunk;
+        }
+      } catch (error) {
+        throw withContext(error, { tensor: name });
+      }
+    },
+  };
+}
+
+/**
+ * A non-contiguous view's elements in C order, in chunks of at most `chunkSize` bytes (whole
+ * elements). Trailing dimensions that are contiguous in the storage are copied as runs. The
+ * stretch of storage the view spans is read into memory when it is at most `maxWindow` bytes;
+ * otherwise each run is read from the storage on its own.
+ */
+async function* gather(ref: TensorRef, storage: StorageBytes, length: number, chunkSize: number, maxWindow: number): AsyncGenerator<Uint8Array> {
+  const es = ref.dtype.size;
+  // Dimensions of size 1 move nothing; adjacent dimensions that step as one are merged.
+  const dims: { size: number; stride: number }[] = [];
+  for (let i = 0; i < ref.shape.length; i++) if (ref.shape[i] !== 1) dims.push({ size: ref.shape[i]!, stride: ref.strides[i]! });
+  for (let i = dims.length - 2; i >= 0; i--) {
+    const inner = dims[i + 1]!;
+    if (dims[i]!.stride === inner.stride * inner.size) {
+      dims.splice(i, 2, { size: dims[i]!.size * inner.size, stride: inner.stride });
+    }
+  }
+  let run = 1;
+  if (dims.length > 0 && dims[dims.length - 1]!.stride === 1) run = dims.pop()!.size;
+  const runBytes = run * es;
+  let span = 0;
+  for (const d of dims) span += (d.size - 1) * d.stride;
+  const windowBytes = (span + run) * es;
+  const start = ref.offset * es;
+  let window: Uint8Array | undefined;
+  if (windowBytes <= maxWindow) {
+    if (storage.read !== undefined) window = await storage.read(start, windowBytes);
+    else {
+      const parts: Uint8Array[] = [];
+      for await (const chunk of storage.range(start, windowBytes, {})) parts.push(new Uint8Array(chunk));
+      window = concat(parts, windowBytes);
+    }
+  } else if (storage.read === undefined) {
+    fail(
+      "Unsupported",
+      `a non-contiguous view spanning ${windowBytes} bytes of a deflated member (more than ${maxWindow}, maxGatherWindow) cannot be gathered`,
+    );
+  }
+  const chunkBytes = Math.max(es, Math.floor(chunkSize / es) * es);
+  let out = new Uint8Array(Math.min(chunkBytes, length));
+  let filled = 0;
+  let produced = 0;
+  const index = new Array<number>(dims.length).fill(0);
+  let element = 0; // offset from the view's first element, in elements
+  const runs = length / runBytes;
+  for (let r = 0; r < runs; r++) {
+    let piece: Uint8Array;
+    if (window !== undefined) piece = window.subarray(element * es, element * es + runBytes);
+    else piece = await storage.read!(start + element * es, runBytes);
+    for (let at = 0; at < runBytes; ) {
+      const take = Math.min(runBytes - at, out.byteLength - filled);
+      if (take === es && es <= 8) {
+        for (let b = 0; b < es; b++) out[filled + b] = piece[at + b]!;
+      } else out.set(piece.subarray(at, at + take), filled);
+      filled += take;
+      at += take;
+      if (filled === out.byteLength) {
+        produced += filled;
+        yield out;
+        out = new Uint8Array(Math.min(chunkBytes, length - produced));
+        filled = 0;
+      }
+    }
+    for (let d = dims.length - 1; d >= 0; d--) {
+      element += dims[d]!.stride;
+      if (++index[d]! < dims[d]!.size) break;
+      element -= dims[d]!.stride * dims[d]!.size;
+      index[d] = 0;
+    }
+  }
+  if (filled > 0) yield out.subarray(0, filled);
+}
+
+function identity(ref: TensorRef): string {
+  return `${ref.storage.key}|${ref.dtype.torchName}|${ref.offset}|${ref.shape.join(",")}|${ref.strides.join(",")}`;
+}
+
+/**
+ * The tensors as entries: storages checked for consistency and located, identical views over
+ * one storage folded into one name (the first in code-point order, as `convert.py` keeps the
+ * first sorted name), the others recorded as aliases in the metadata.
+ */
+function finish(
+  format: TorchFile["format"],
+  named: Named,
+  storageOf: (ref: StorageRef) => StorageBytes,
+  bigEndian: boolean,
+  options: TorchReadOptions,
+): TorchFile {
+  const groups = new Map<string, NamedTensor[]>();
+  for (const t of named.all) {
+    const key = identity(t.ref);
+    const group = groups.get(key);
+    if (group === undefined) groups.set(key, [t]);
+    else group.push(t);
+  }
+  const aliases: Record<string, string> = createMetadata();
+  const removed = new Set<string>();
+  for (const group of groups.values()) {
+    if (group.length < 2) continue;
+    const kept = group.map((t) => t.name).sort(compareCodePoints)[0]!;
+    for (const t of group) {
+      if (t.name === kept) continue;
+      aliases[t.name] = kept;
+      removed.add(t.name);
+    }
+  }
+  const tensors: TorchTensor[] = [];
+  for (const t of named.all) {
+    let storage: StorageBytes;
+    try {
+      storage = storageOf(t.ref.storage);
+    } catch (error) {
+      throw withContext(error, { tensor: t.name });
+    }
+    const entry = tensorEntry(t.name, t.ref, storage, bigEndian, options);
+    if (!removed.has(t.name)) tensors.push(entry);
+  }
+  const metadata = createMetadata([["format", "pt"], ...Object.entries(aliases)]);
+  return { format, metadata, tensors, aliases, skipped: named.skipped, bigEndian };
+}

@@ -1,0 +1,82 @@
+/**
+ * The PyTorch checkpoint format as registered with the `st-convert` command: how it is
+ * recognised, its options, and the reader and writer behind it (loaded on first use). Also the
+ * package's `./format` entry point.
+ */
+import { StConvertError, type TensorFormat, fileStem, stringOption } from "@st-convert/core";
+
+/** `8a 0a` + the legacy magic number's bytes (LONG1 of `0x1950a86a20f9469cfc6c`). */
+const MAGIC_LONG = [0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+
+/**
+ * True when `head` (the first bytes of a file) starts like a PyTorch checkpoint: a zip whose
+ * first member is `data.pkl` or `<folder>/data.pkl` (torch.save writes it first), or a legacy
+ * stream whose first pickle is torch's magic number (after PROTO, and FRAME from protocol 4).
+ */
+export function sniffTorch(head: Uint8Array): boolean {
+  if (head[0] === 0x50 && head[1] === 0x4b && head[2] === 3 && head[3] === 4) {
+    if (head.byteLength < 30) return false;
+    const nameLength = head[26]! | (head[27]! << 8);
+    if (30 + nameLength > head.byteLength) return false;
+    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength));
+    return name === "data.pkl" || name.endsWith("/data.pkl");
+  }
+  if (head[0] === 0x80 && head.byteLength >= 2) {
+    const at = head[1]! >= 4 && head[2] === 0x95 ? 11 : 2;
+    return MAGIC_LONG.every((b, i) => head[at + i] === b);
+  }
+  return false;
+}
+
+/**
+ * PyTorch checkpoints (`torch.save`, zip and legacy), as registered with the `st-convert` command.
+ * Options: `key` (read the tensors under one entry of the top-level dict).
+ */
+export const torchFormat: TensorFormat = {
+  name: "torch",
+  description: "PyTorch checkpoints (torch.save: zip and legacy; read without running pickle)",
+  extensions: [".bin", ".pt", ".pth", ".ckpt"],
+  // .bin is also safetensors, LFS pointers, tokenizers' data…: folder walks take only what sniffs as a checkpoint.
+  ambiguousExtension: true,
+  options: [
+    {
+      name: "key",
+      type: "string",
+      multiple: false,
+      valueName: "KEY",
+      description: "torch: read the tensors under this entry of the checkpoint's dict (dotted for nested: model.ema)",
+      appliesTo: "read",
+    },
+  ],
+  sniff: sniffTorch,
+  // The reader and writer load on first use: a command that touches no checkpoint does not pay for them.
+  async open(source, context) {
+    const { readTorch } = await import("./readTorch.js");
+    return readTorch(source, { key: stringOption(context.options, "key"), onWarning: context.onWarning, rootName: fileStem(context.fileName) });
+  },
+  async write(tensors, sink, context) {
+    const { writeTorch } = await import("./writeTorch.js");
+    await writeTorch(tensors, sink, { onWarning: context.onWarning, rootFolder: fileStem(context.fileName) });
+  },
+};
+
+/** Sharded PyTorch checkpoints as the `st-convert` command reads them: give it `pytorch_model.bin.index.json`. */
+export const torchIndexFormat: TensorFormat = {
+  name: "torch-index",
+  description: "a sharded PyTorch checkpoint, read through its pytorch_model.bin.index.json (read only)",
+  extensions: [".bin.index.json", ".pt.index.json", ".pth.index.json"],
+  namedOnly: true,
+  async open(source, context) {
+    if (context.openSibling === undefined) {
+      throw new StConvertError("InvalidArgument", "a sharded checkpoint's shards cannot be opened here (no openSibling in the context)", { file: source.name });
+    }
+    const { readTorchIndex } = await import("./readTorchIndex.js");
+    return readTorchIndex(source, context.openSibling, { onWarning: context.onWarning });
+  },
+  async write() {
+    throw new StConvertError(
+      "Unsupported",
+      "writing a sharded checkpoint is not supported; write one .pt file (the shards of an index convert on their own too)",
+    );
+  },
+};

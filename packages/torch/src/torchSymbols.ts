@@ -1,0 +1,309 @@
+/**
+ * The symbols of a torch checkpoint's pickle that have meaning here: the storage classes, the
+ * dtypes, the tensor rebuild functions (`torch/_utils.py`: `_rebuild_tensor`, `_rebuild_tensor_v2`,
+ * `_rebuild_tensor_v3`, `_rebuild_parameter`, `_rebuild_parameter_with_state`;
+ * `torch/_tensor.py`: `_rebuild_from_type_v2`) and `collections.OrderedDict`.
+ * Every other symbol stays an opaque value; nothing is ever imported or called.
+ */
+import type { Dtype } from "@st-convert/core";
+import { StConvertError } from "@st-convert/core";
+import { type PickleValue, type PyGlobal, type PyNative, type PyTuple, type UnpicklerHooks, describeValue } from "./Unpickler.js";
+
+/** A torch dtype: its safetensors code, or the torch name of one that has none. */
+export interface TorchDtype {
+  /** Undefined when safetensors has no such dtype (complex128, complex32, quantized, bits…). */
+  readonly code: Dtype | undefined;
+  /** torch's name, e.g. `float8_e4m3fn`. */
+  readonly torchName: string;
+  /** Bytes per element. */
+  readonly size: number;
+}
+
+const dtype = (code: Dtype | undefined, torchName: string, size: number): TorchDtype => Object.freeze({ code, torchName, size });
+
+/** torch dtype names (`torch.<name>`, as a dtype pickles) → dtype; aliases included. */
+export const TORCH_DTYPES: ReadonlyMap<string, TorchDtype> = new Map(
+  (
+    [
+      [["float64", "double"], "F64", 8],
+      [["float32", "float"], "F32", 4],
+      [["float16", "half"], "F16", 2],
+      [["bfloat16"], "BF16", 2],
+      [["int64", "long"], "I64", 8],
+      [["int32", "int"], "I32", 4],
+      [["int16", "short"], "I16", 2],
+      [["int8"], "I8", 1],
+      [["uint8"], "U8", 1],
+      [["bool"], "BOOL", 1],
+      [["float8_e4m3fn"], "F8_E4M3", 1],
+      [["float8_e5m2"], "F8_E5M2", 1],
+      [["float8_e4m3fnuz"], "F8_E4M3FNUZ", 1],
+      [["float8_e5m2fnuz"], "F8_E5M2FNUZ", 1],
+      [["float8_e8m0fnu"], "F8_E8M0", 1],
+      [["uint16"], "U16", 2],
+      [["uint32"], "U32", 4],
+      [["uint64"], "U64", 8],
+      [["complex64", "cfloat"], "C64", 8],
+      [["complex128", "cdouble"], undefined, 16],
+      [["complex32", "chalf"], undefined, 4],
+      [["qint8"], undefined, 1],
+      [["quint8"], undefined, 1],
+      [["qint32"], undefined, 4],
+      [["quint4x2"], undefined, 1],
+      [["quint2x4"], undefined, 1],
+      [["float4_e2m1fn_x2"], undefined, 1],
+      [["bits8"], undefined, 1],
+      [["bits16"], undefined, 2],
+      [["bits1x8"], undefined, 1],
+      [["bits2x4"], undefined, 1],
+      [["bits4x2"], undefined, 1],
+    ] as const
+  ).flatMap(([names, code, size]) => names.map((name) => [name, dtype(code, names[0], size)] as const)),
+);
+
+/** Typed storage classes (`torch.<Name>Storage`) → the dtype of their elements; `UntypedStorage` counts bytes. */
+const STORAGE_CLASSES: ReadonlyMap<string, TorchDtype> = new Map([
+  ["FloatStorage", TORCH_DTYPES.get("float32")!],
+  ["DoubleStorage", TORCH_DTYPES.get("float64")!],
+  ["HalfStorage", TORCH_DTYPES.get("float16")!],
+  ["BFloat16Storage", TORCH_DTYPES.get("bfloat16")!],
+  ["LongStorage", TORCH_DTYPES.get("int64")!],
+  ["IntStorage", TORCH_DTYPES.get("int32")!],
+  ["ShortStorage", TORCH_DTYPES.get("int16")!],
+  ["CharStorage", TORCH_DTYPES.get("int8")!],
+  ["ByteStorage", TORCH_DTYPES.get("uint8")!],
+  ["BoolStorage", TORCH_DTYPES.get("bool")!],
+  ["ComplexFloatStorage", TORCH_DTYPES.get("complex64")!],
+  ["ComplexDoubleStorage", TORCH_DTYPES.get("complex128")!],
+  ["QInt8Storage", TORCH_DTYPES.get("qint8")!],
+  ["QUInt8Storage", TORCH_DTYPES.get("quint8")!],
+  ["QInt32Storage", TORCH_DTYPES.get("qint32")!],
+  ["QUInt4x2Storage", TORCH_DTYPES.get("quint4x2")!],
+  ["QUInt2x4Storage", TORCH_DTYPES.get("quint2x4")!],
+]);
+
+/** Bytes, as `UntypedStorage` holds them (and as a v2 tensor over one reads them). */
+const BYTES = TORCH_DTYPES.get("uint8")!;
+
+/** Largest rank accepted: numpy's `NPY_MAXDIMS`, far past any checkpoint. */
+export const MAX_RANK = 64;
+
+/** A storage a persistent id declares: its key and its length. */
+export interface StorageRef {
+  readonly kind: "storage";
+  /** The record key (`data/<key>` in a zip, the key list of a legacy file). */
+  readonly key: string;
+  /** The storage class's element type (bytes for `UntypedStorage`). */
+  readonly dtype: TorchDtype;
+  /** Elements of `dtype` (bytes for `UntypedStorage`), as declared. */
+  readonly numel: number;
+  /** The symbol that named the class, for messages. */
+  readonly className: string;
+  /** Legacy views of a root storage: the first element of the view in the root, in `dtype` elements. */
+  readonly viewOffset: number;
+}
+
+/** A tensor a rebuild call makes: a view of a storage. Nothing is read yet. */
+export interface TensorRef {
+  readonly kind: "tensor";
+  readonly storage: StorageRef;
+  readonly dtype: TorchDtype;
+  /** First element, in elements of `dtype`, from the start of the root storage's bytes. */
+  readonly offset: number;
+  readonly shape: readonly number[];
+  readonly strides: readonly number[];
+  /** The rebuild function, for messages. */
+  readonly rebuiltBy: string;
+}
+
+export type TorchNative = StorageRef | TensorRef;
+
+export function native(value: TorchNative): PyNative<TorchNative> {
+  return { kind: "native", value };
+}
+
+/** The storage or tensor a value holds, if any. */
+export function asTorch(value: PickleValue): TorchNative | undefined {
+  return value !== null && typeof value === "object" && value.kind === "native" ? (value.value as TorchNative) : undefined;
+}
+
+function isGlobal(value: PickleValue, module: string, name?: string): value is PyGlobal {
+  return value !== null && typeof value === "object" && value.kind === "global" && value.module === module && (name === undefined || value.name === name);
+}
+
+function invalid(rule: string): never {
+  throw new StConvertError("InvalidTensor", rule);
+}
+
+/** A non-negative integer below 2^53 from the pickle, or a refusal naming `what`. */
+function count(value: PickleValue, what: string): number {
+  if (typeof value === "boolean" || typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
+    return invalid(`${what} is ${typeof value === "bigint" ? `${value}, past 2^53 - 1` : describeValue(value)}, not a non-negative integer`);
+  }
+  return value;
+}
+
+function intTuple(value: PickleValue, what: string): number[] {
+  // torch.Size pickles as REDUCE(torch.Size, (tuple,)): accepted where a tuple is.
+  if (value !== null && typeof value === "object" && value.kind === "opaque" && value.callee === "torch.Size") {
+    const args = value.given[0];
+    if (args !== null && typeof args === "object" && args.kind === "tuple" && args.items.length === 1) value = args.items[0]!;
+  }
+  if (value === null || typeof value !== "object" || (value.kind !== "tuple" && value.kind !== "list"))
+    invalid(`${what} is ${describeValue(value)}, not a tuple`);
+  const items = (value as { items: readonly PickleValue[] }).items;
+  if (items.length > MAX_RANK) invalid(`${what} has ${items.length} dimensions, more than ${MAX_RANK}`);
+  return items.map((item, i) => count(item, `${what}[${i}]`));
+}
+
+/**
+ * The storage a persistent id declares: `('storage', StorageClass, key, location, numel)` (zip),
+ * or with a sixth item, `view_metadata` (legacy: `None` or `(view_key, offset, size)`).
+ * @throws StConvertError `InvalidStorage`.
+ */
+export function storageFromPersistentId(pid: PickleValue): PickleValue {
+  const invalidStorage = (rule: string): never => {
+    throw new StConvertError("InvalidStorage", rule);
+  };
+  if (pid === null || typeof pid !== "object" || pid.kind !== "tuple") return invalidStorage(`a persistent id is ${describeValue(pid)}, not a storage tuple`);
+  const [tag, cls, key, , numel, view] = pid.items;
+  if (tag !== "storage") return invalidStorage(`a persistent id of type ${JSON.stringify(tag)} is not a storage (torch writes only 'storage')`);
+  if (pid.items.length !== 5 && pid.items.length !== 6)
+    return invalidStorage(`a storage persistent id has ${pid.items.length} items, not 5 (zip) or 6 (legacy)`);
+  if (cls === null || typeof cls !== "object" || cls.kind !== "global")
+    return invalidStorage(`the storage class is ${describeValue(cls as PickleValue)}, not a symbol`);
+  const className = `${cls.module}.${cls.name}`;
+  const storageDtype =
+    (cls.module === "torch" || cls.module === "torch.storage") && cls.name === "UntypedStorage"
+      ? BYTES
+      : cls.module === "torch" || cls.module === "torch.cuda"
+        ? STORAGE_CLASSES.get(cls.name)
+        : undefined;
+  if (storageDtype === undefined) return invalidStorage(`unknown storage class ${className}`);
+  if (typeof key !== "string") return invalidStorage(`the storage key is ${describeValue(key as PickleValue)}, not a str`);
+  if (typeof numel !== "number" || !Number.isSafeInteger(numel) || numel < 0) {
+    return invalidStorage(`storage ${JSON.stringify(key)} declares ${describeValue(numel as PickleValue)} elements, not a non-negative integer below 2^53`);
+  }
+  let viewOffset = 0;
+  if (view !== undefined && view !== null) {
+    // Legacy storage views (torch < 1.6): (view_key, offset, size) of the root storage `key`.
+    if (typeof view !== "object" || view.kind !== "tuple" || view.items.length !== 3) {
+      return invalidStorage(`storage ${JSON.stringify(key)} has view metadata ${describeValue(view)}, not (view_key, offset, size)`);
+    }
+    const [, offset, size] = view.items;
+    if (typeof offset !== "number" || typeof size !== "number" || !Number.isSafeInteger(offset) || !Number.isSafeInteger(size) || offset < 0 || size < 0) {
+      return invalidStorage(`storage view of ${JSON.stringify(key)} has an offset or size that is not a non-negative integer`);
+    }
+    if (offset + size > numel)
+      return invalidStorage(`storage view of ${JSON.stringify(key)} (elements ${offset}..${offset + size}) reaches past its ${numel} elements`);
+    viewOffset = offset;
+  }
+  return native({ kind: "storage", key, dtype: storageDtype, numel, className, viewOffset });
+}
+
+const REBUILD_TENSOR = new Set(["_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3"]);
+const REBUILD_PARAMETER = new Set(["_rebuild_parameter", "_rebuild_parameter_with_state"]);
+/** Types `_rebuild_from_type_v2` may turn a tensor into: they hold the same bytes. */
+const TENSOR_TYPES = new Set(["torch.Tensor", "torch.nn.parameter.Parameter", "torch.nn.parameter.Buffer", "torch._tensor.Tensor"]);
+
+function rebuildTensor(name: string, args: PyTuple): PickleValue {
+  const a = args.items;
+  const where = `torch._utils.${name}`;
+  const expected = name === "_rebuild_tensor" ? [4] : name === "_rebuild_tensor_v2" ? [6, 7] : [7, 8];
+  if (!expected.includes(a.length)) invalid(`${where} takes ${expected.join(" or ")} arguments, not ${a.length}`);
+  const storage = asTorch(a[0]!);
+  if (storage?.kind !== "storage") invalid(`${where} is given ${describeValue(a[0]!)}, not a storage`);
+  const offset = count(a[1]!, "storage_offset");
+  const shape = intTuple(a[2]!, "size");
+  const strides = intTuple(a[3]!, "stride");
+  if (shape.length !== strides.length) invalid(`size has ${shape.length} dimensions but stride has ${strides.length}`);
+  let tensorDtype = storage.dtype;
+  if (name === "_rebuild_tensor_v3") {
+    const d = a[6]!;
+    if (!isGlobal(d, "torch")) invalid(`the dtype of ${where} is ${describeValue(d)}, not a torch dtype`);
+    const found = TORCH_DTYPES.get((d as PyGlobal).name);
+    if (found === undefined) {
+      throw new StConvertError("UnsupportedDtype", `torch.${(d as PyGlobal).name} is not a dtype st-convert knows`);
+    }
+    tensorDtype = found;
+  }
+  // storage_offset counts elements of the tensor's dtype; a legacy view's offset, of the storage's.
+  const viewBytes = storage.viewOffset * storage.dtype.size;
+  if (viewBytes % tensorDtype.size !== 0) invalid(`a storage view starts at byte ${viewBytes}, inside an element of ${tensorDtype.torchName}`);
+  return native({ kind: "tensor", storage, dtype: tensorDtype, offset: offset + viewBytes / tensorDtype.size, shape, strides, rebuiltBy: where });
+}
+
+/** Hooks that give the torch symbols their meaning, and the storages the pickle declared. */
+export interface TorchHooks extends UnpicklerHooks {
+  /** Every storage a persistent id declared, by key, in first-declaration order. */
+  readonly storages: ReadonlyMap<string, StorageRef>;
+}
+
+/**
+ * The hooks for {@link unpickle}. A storage key declared twice must be declared the same way
+ * (torch.save refuses to save one storage as two types).
+ * @throws StConvertError `InvalidStorage` for a key declared two ways.
+ */
+export function torchHooks(): TorchHooks {
+  const storages = new Map<string, StorageRef>();
+  return {
+    storages,
+    persistentLoad(pid) {
+      const made = storageFromPersistentId(pid);
+      const ref = asTorch(made) as StorageRef;
+      const first = storages.get(ref.key);
+      if (first === undefined) storages.set(ref.key, ref);
+      else if (first.numel !== ref.numel || first.className !== ref.className) {
+        throw new StConvertError(
+          "InvalidStorage",
+          `storage ${JSON.stringify(ref.key)} is declared as ${ref.numel} × ${ref.className} and, before, as ${first.numel} × ${first.className}`,
+        );
+      }
+      return made;
+    },
+    reduce: reduceSymbol,
+    build: buildNative,
+  };
+}
+
+function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined {
+  {
+    const symbol = `${callee.module}.${callee.name}`;
+    if (callee.module === "torch._utils" && REBUILD_TENSOR.has(callee.name)) return rebuildTensor(callee.name, args);
+    if (callee.module === "torch._utils" && REBUILD_PARAMETER.has(callee.name)) {
+      const data = args.items[0];
+      if (data === undefined || asTorch(data)?.kind !== "tensor")
+        invalid(`${symbol} is given ${data === undefined ? "nothing" : describeValue(data)}, not a tensor`);
+      return data;
+    }
+    if (symbol === "torch._tensor._rebuild_from_type_v2") {
+      const [func, type, funcArgs] = args.items;
+      if (func === undefined || !isGlobal(func, "torch._utils") || !REBUILD_TENSOR.has(func.name)) {
+        throw new StConvertError(
+          "UnsupportedGlobal",
+          `${symbol} rebuilds with ${func === undefined ? "nothing" : describeValue(func)}, which st-convert does not interpret`,
+        );
+      }
+      if (funcArgs === undefined || funcArgs === null || typeof funcArgs !== "object" || funcArgs.kind !== "tuple") invalid(`${symbol} has no argument tuple`);
+      const tensor = rebuildTensor(func.name, funcArgs as PyTuple);
+      const typeName = type !== undefined && type !== null && typeof type === "object" && type.kind === "global" ? `${type.module}.${type.name}` : undefined;
+      if (typeName === undefined || !TENSOR_TYPES.has(typeName)) {
+        throw new StConvertError(
+          "UnsupportedGlobal",
+          `a tensor is rebuilt as ${typeName ?? describeValue(type ?? null)}, a type st-convert does not interpret (Unsupported global)`,
+        );
+      }
+      return tensor;
+    }
+    if (symbol === "collections.OrderedDict") {
+      if (args.items.length === 0) return { kind: "dict", entries: new Map(), depth: 1 };
+      return undefined;
+    }
+    return undefined;
+  }
+}
+
+/** A tensor's BUILD (a subclass's or a parameter's state): the bytes are the tensor's either way. */
+function buildNative(target: PyNative): PickleValue | undefined {
+  return (target.value as TorchNative).kind === "tensor" ? target : undefined;
+}

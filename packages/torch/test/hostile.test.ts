@@ -1,0 +1,288 @@
+/**
+ * Hostile checkpoints, built byte by byte and named after the attack: each is refused with a
+ * coded error naming the rule (or read with the attack skipped), never run, never a crash, a hang
+ * or an allocation the file did not pay for.
+ */
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { readTensorBytes } from "@st-convert/core";
+import { readTorch, unpickle } from "@st-convert/torch";
+import { errorCode } from "@st-convert/testing";
+import { Pickle, f32, statePickle, torchZip, zip } from "./build.js";
+
+const work = mkdtempSync(join(tmpdir(), "st-convert-torch-hostile-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+async function readAll(bytes: Uint8Array, warnings: string[] = []) {
+  const file = await readTorch(bytes, { onWarning: (w) => warnings.push(w) });
+  for (const t of file.tensors) await readTensorBytes(t);
+  return file;
+}
+
+const W = { key: "0", numel: 4, size: [4], stride: [1] };
+
+describe("code the pickle names is never run", () => {
+  const marker = join(work, "pwned");
+  const calls: [string, string, (p: Pickle) => Pickle][] = [
+    ["os", "system", (p) => p.mark().str(`touch ${marker}`).tuple()],
+    ["posix", "system", (p) => p.mark().str(`touch ${marker}`).tuple()],
+    [
+      "builtins",
+      "eval",
+      (p) =>
+        p
+          .mark()
+          .str(`open(${JSON.stringify(marker)}, "w")`)
+          .tuple(),
+    ],
+    [
+      "builtins",
+      "exec",
+      (p) =>
+        p
+          .mark()
+          .str(`open(${JSON.stringify(marker)}, "w")`)
+          .tuple(),
+    ],
+    ["subprocess", "Popen", (p) => p.mark().raw(0x5d).str("touch").raw(0x61).str(marker).raw(0x61).tuple()],
+  ];
+  for (const [module, name, args] of calls) {
+    it(`${module}.${name} beside a tensor: skipped with a warning naming it, the marker file never made`, async () => {
+      const p = new Pickle().proto().dict().str("w").tensor(W).setitem().str("evil").global(module, name);
+      const pickle = args(p).reduce().setitem().stop().bytes();
+      const warnings: string[] = [];
+      const file = await readAll(torchZip(pickle, { "0": f32(1, 2, 3, 4) }), warnings);
+      expect(file.tensors.map((t) => t.name)).toEqual(["w"]);
+      expect(warnings).toEqual([`skipped "evil": an object made by ${module}.${name} (not run)`]);
+      expect(existsSync(marker)).toBe(false);
+    });
+
+    it(`${module}.${name} as the whole pickle (popped or returned): nothing read, a warning, no marker`, async () => {
+      const popped = args(new Pickle().proto().global(module, name)).reduce().raw(0x30).dict().stop().bytes();
+      const warnings: string[] = [];
+      const file = await readAll(torchZip(popped), warnings);
+      expect(file.tensors).toEqual([]);
+      expect(warnings.join("\n")).toContain(`the pickle also calls ${module}.${name}: st-convert ran none of it`);
+      expect(existsSync(marker)).toBe(false);
+    });
+  }
+
+  it("a tensor given to os.system is refused, naming the symbol", async () => {
+    const pickle = new Pickle().proto().dict().str("x").global("os", "system").mark().tensor(W).tuple().reduce().setitem().stop().bytes();
+    await expect(readAll(torchZip(pickle, { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(
+      /tensor "x": a tensor is given to os.system, which st-convert does not interpret/,
+    );
+    expect(await errorCode(readAll(torchZip(pickle, { "0": f32(1, 2, 3, 4) })))).toBe("UnsupportedGlobal");
+  });
+
+  it("a tensor rebuilt as an unknown subclass (_rebuild_from_type_v2) is refused, naming the type", async () => {
+    const p = new Pickle().proto().dict().str("x").global("torch._tensor", "_rebuild_from_type_v2").mark();
+    p.global("torch._utils", "_rebuild_tensor_v2").global("evil", "Tensor").mark();
+    p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").int(4).tuple().raw(0x51);
+    p.int(0).ints([4]).ints([1]).raw(0x89).global("collections", "OrderedDict").raw(0x29).reduce().tuple().dict().tuple().reduce().setitem().stop();
+    await expect(readAll(torchZip(p.bytes(), { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(/rebuilt as evil.Tensor.*Unsupported global/);
+  });
+});
+
+describe("bombs", () => {
+  it("a 200,000-deep TUPLE1 nest is refused by the nesting limit, not a stack overflow", async () => {
+    const p = new Pickle().proto().raw(0x29);
+    for (let i = 0; i < 200_000; i++) p.raw(0x85);
+    const bytes = p.stop().bytes();
+    expect(await errorCode(readAll(torchZip(bytes)))).toBe("LimitExceeded");
+    await expect(readAll(torchZip(bytes))).rejects.toThrow(/nest deeper than 1000 levels \(maxNestingDepth\)/);
+  });
+
+  it("a 2,000,000-mark pickle is refused by the stack limit", async () => {
+    const bytes = Uint8Array.from([0x80, 2, ...new Array(2_000_000).fill(0x28), 0x2e]);
+    await expect(readAll(torchZip(bytes))).rejects.toThrow(/more than 1000000 marks \(maxStackSize\)/);
+  });
+
+  it("memo-replay amplification (each list holds the previous one twice, 60 levels: 2^60 paths) is refused by the visit limit", async () => {
+    const p = new Pickle().proto().raw(0x5d, 0x71, 0); // EMPTY_LIST, BINPUT 0
+    for (let i = 1; i <= 60; i++) p.raw(0x5d, 0x68, i - 1, 0x61, 0x68, i - 1, 0x61, 0x71, i); // [prev, prev]
+    const bytes = p.stop().bytes();
+    await expect(readAll(torchZip(bytes))).rejects.toThrow(/shared containers repeat too often \(maxObjects\)/);
+  });
+
+  it("a memo of more entries than the limit is refused", async () => {
+    const p = new Pickle().proto().raw(0x4e);
+    for (let i = 0; i < 1001; i++) p.raw(0x72).u32(i);
+    const bytes = p.stop().bytes();
+    expect(() => unpickle(bytes, { persistentLoad: () => null }, { maxMemoEntries: 1000 })).toThrow(/more than 1000 values \(maxMemoEntries\)/);
+    expect(() => unpickle(bytes, { persistentLoad: () => null }, { maxMemoEntries: 1001 })).not.toThrow();
+  });
+
+  it("a pickle of nothing but EMPTY_LIST is refused by the object limit", () => {
+    const bytes = Uint8Array.from([0x80, 2, ...new Array(5000).fill(0x5d), 0x2e]);
+    expect(() => unpickle(bytes, { persistentLoad: () => null }, { maxObjects: 4096 })).toThrow(/more than 4096 values \(maxObjects\)/);
+  });
+
+  it("string and bytes lengths past the end are refused before anything is allocated", async () => {
+    const huge = (op: number, width: 4 | 8) => {
+      const len = width === 4 ? [0xff, 0xff, 0xff, 0x7f] : [0, 0, 0, 0, 0, 0, 0, 0x10];
+      return Uint8Array.from([0x80, 4, op, ...len, 0x2e]);
+    };
+    for (const bytes of [huge(0x58, 4), huge(0x42, 4), huge(0x8d, 8), huge(0x8e, 8), huge(0x96, 8), Uint8Array.from([0x80, 2, 0x8b, 0xff, 0xff, 0xff, 0x7f])]) {
+      expect(await errorCode(readAll(torchZip(bytes)))).toBe("UnexpectedEof");
+    }
+  });
+
+  it("a stride-0 view declaring 2^42 elements over 32 is refused, not materialised", async () => {
+    const pickle = statePickle({ big: { key: "0", numel: 32, size: [2 ** 21, 2 ** 21], stride: [0, 0] } });
+    await expect(readTorch(torchZip(pickle, { "0": new Uint8Array(128) }))).rejects.toThrow(
+      /tensor "big": the float32 view .* declares 17592186044416 bytes over a storage of 128: overlapping elements past 1073741824 bytes are refused/,
+    );
+    // A small expand is read (its bytes repeated, as torch gives them).
+    const small = await readTorch(torchZip(statePickle({ e: { key: "0", numel: 2, size: [3, 2], stride: [0, 1] } }), { "0": f32(1, 2) }));
+    expect([...new Float32Array((await readTensorBytes(small.tensors[0]!)).slice().buffer)]).toEqual([1, 2, 1, 2, 1, 2]);
+  });
+});
+
+describe("views and storages that lie", () => {
+  it("a storage numel that lies (member shorter than declared) is refused, naming the tensor", async () => {
+    const pickle = statePickle({ w: { key: "0", numel: 100, size: [4], stride: [1] } });
+    await expect(readTorch(torchZip(pickle, { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(
+      /tensor "w": storage "0" is declared as 100 × torch.FloatStorage elements \(400 bytes\), but holds 16 bytes/,
+    );
+  });
+
+  it("an offset past the storage is refused before a byte is read", async () => {
+    const pickle = statePickle({ w: { key: "0", numel: 4, offset: 3, size: [2], stride: [1] } });
+    await expect(readTorch(torchZip(pickle, { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(
+      /tensor "w": the float32 view at element offset 3, size \[2\], stride \[1\] reaches byte 20 of storage "0", which holds 16 bytes/,
+    );
+  });
+
+  it("a stride past the storage is refused (overflow-safe: a stride near 2^53)", async () => {
+    expect(await errorCode(readTorch(torchZip(statePickle({ w: { key: "0", numel: 4, size: [2, 2], stride: [3, 1] } }), { "0": f32(1, 2, 3, 4) })))).toBe(
+      "InvalidTensor",
+    );
+    const far = statePickle({ w: { key: "0", numel: 4, size: [3], stride: [2 ** 52] } });
+    expect(await errorCode(readTorch(torchZip(far, { "0": f32(1, 2, 3, 4) })))).toBe("InvalidTensor");
+  });
+
+  it("a negative dimension, a size/stride rank mismatch, a non-storage first argument are refused", async () => {
+    const neg = statePickle({ w: { key: "0", numel: 4, size: [-1], stride: [1] } });
+    expect(await errorCode(readTorch(torchZip(neg, { "0": f32(1, 2, 3, 4) })))).toBe("InvalidTensor");
+    const rank = statePickle({ w: { key: "0", numel: 4, size: [2, 2], stride: [1] } });
+    expect(await errorCode(readTorch(torchZip(rank, { "0": f32(1, 2, 3, 4) })))).toBe("InvalidTensor");
+    const notStorage = new Pickle()
+      .proto()
+      .dict()
+      .str("w")
+      .global("torch._utils", "_rebuild_tensor_v2")
+      .mark()
+      .int(5)
+      .int(0)
+      .ints([1])
+      .ints([1])
+      .raw(0x89)
+      .raw(0x4e)
+      .tuple()
+      .reduce()
+      .setitem()
+      .stop()
+      .bytes();
+    expect(await errorCode(readTorch(torchZip(notStorage)))).toBe("InvalidTensor");
+  });
+
+  it("one storage key declared as two classes is refused", async () => {
+    const pickle = statePickle({ a: { key: "0", numel: 4, size: [4], stride: [1] }, b: { key: "0", cls: "IntStorage", numel: 4, size: [4], stride: [1] } });
+    await expect(readTorch(torchZip(pickle, { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(
+      /storage "0" is declared as 4 × torch.IntStorage and, before, as 4 × torch.FloatStorage/,
+    );
+  });
+
+  it("a missing storage member is an error naming the tensor, never zeros", async () => {
+    const pickle = statePickle({ w: { key: "7", numel: 4, size: [4], stride: [1] } });
+    await expect(readTorch(torchZip(pickle))).rejects.toThrow(/tensor "w": storage "7" has no member "archive\/data\/7"/);
+  });
+
+  it("a CRC mismatch is an error naming the tensor; a CRC of 0 is not checked", async () => {
+    const pickle = statePickle({ w: { key: "0", numel: 4, size: [4], stride: [1] }, half: { key: "0", numel: 4, size: [2], stride: [1] } });
+    const bad = await readTorch(torchZip(pickle, { "0": f32(1, 2, 3, 4) }, { crc: { "0": 0x12345678 } }));
+    await expect(readTensorBytes(bad.tensors[0]!)).rejects.toThrow(/tensor "w": Bad CRC-32 for member "archive\/data\/0"/);
+    await expect(readTensorBytes(bad.tensors[1]!)).rejects.toThrow(/tensor "half": Bad CRC-32/);
+    const unchecked = await readTorch(torchZip(pickle, { "0": f32(1, 2, 3, 4) }, { crc: { "0": 0 } }));
+    expect([...new Float32Array((await readTensorBytes(unchecked.tensors[1]!)).slice().buffer)]).toEqual([1, 2]);
+  });
+
+  it("an unknown storage class, a persistent id that is not a storage tuple are refused", async () => {
+    const odd = statePickle({ w: { key: "0", cls: "EvilStorage", numel: 4, size: [4], stride: [1] } });
+    await expect(readTorch(torchZip(odd, { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(/unknown storage class torch.EvilStorage/);
+    const pid = new Pickle().proto().str("module").raw(0x51).stop().bytes();
+    expect(await errorCode(readTorch(torchZip(pid)))).toBe("InvalidStorage");
+  });
+});
+
+describe("broken containers and pickles", () => {
+  it("a truncated pickle member, a truncated archive", async () => {
+    const pickle = statePickle({ w: W });
+    expect(await errorCode(readTorch(torchZip(pickle.subarray(0, pickle.byteLength - 3), { "0": f32(1, 2, 3, 4) })))).toBe("UnexpectedEof");
+    const whole = torchZip(pickle, { "0": f32(1, 2, 3, 4) });
+    expect(await errorCode(readTorch(whole.subarray(0, whole.byteLength - 30)))).toBe("BadZipFile");
+  });
+
+  it("zip members whose data overlap are refused", async () => {
+    const data = f32(1, 2, 3, 4);
+    const overlapping = zip([
+      { name: "archive/data.pkl", data: statePickle({ w: W }) },
+      { name: "archive/data/0", data },
+      { name: "archive/data/1", data, offset: 0 },
+    ]);
+    expect(await errorCode(readTorch(overlapping))).toMatch(/OverlappingMembers|BadZipFile/);
+  });
+
+  it("a zip without data.pkl is not a checkpoint", async () => {
+    await expect(readTorch(zip([{ name: "x.npy", data: new Uint8Array(4) }]))).rejects.toThrow(/without a data.pkl member: not a PyTorch checkpoint/);
+  });
+
+  it("a bad byteorder record is refused", async () => {
+    expect(await errorCode(readTorch(torchZip(statePickle({ w: W }), { "0": f32(1, 2, 3, 4) }, { byteorder: "middle" })))).toBe("InvalidCheckpoint");
+  });
+
+  it("EXT1, NEXT_BUFFER, an unknown opcode, a memo miss, a stack underflow are UnpicklingErrors", async () => {
+    for (const bytes of [
+      [0x80, 2, 0x82, 1, 0x2e],
+      [0x80, 5, 0x97, 0x2e],
+      [0x80, 2, 0xff, 0x2e],
+      [0x80, 2, 0x68, 9, 0x2e],
+      [0x80, 2, 0x61, 0x2e],
+      [0x80, 9, 0x4e, 0x2e],
+    ]) {
+      expect(await errorCode(readTorch(torchZip(Uint8Array.from(bytes))))).toBe("UnpicklingError");
+    }
+  });
+
+  it("a list that holds itself is skipped with a warning, not walked forever", async () => {
+    const bytes = new Pickle().proto().dict().str("w").tensor(W).setitem().str("loop").raw(0x5d, 0x71, 9, 0x68, 9, 0x61).setitem().stop().bytes();
+    const warnings: string[] = [];
+    const file = await readAll(torchZip(bytes, { "0": f32(1, 2, 3, 4) }), warnings);
+    expect(file.tensors.map((t) => t.name)).toEqual(["w"]);
+    expect(warnings).toEqual(['skipped "loop.0": a list that contains itself']);
+  });
+
+  it("two tensors with one name (a dotted key beside the nested path) are refused", async () => {
+    const p = new Pickle().proto().dict().str("a.b").tensor(W).setitem().str("a").dict().str("b").tensor(W).setitem().setitem().stop();
+    expect(await errorCode(readTorch(torchZip(p.bytes(), { "0": f32(1, 2, 3, 4) })))).toBe("DuplicateKey");
+  });
+
+  it("legacy: a storage record whose count lies is refused", async () => {
+    const magic = [0x80, 2, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e];
+    const protocol = [0x80, 2, 0x4d, 0xe9, 0x03, 0x2e];
+    const sysInfo = [0x80, 2, 0x7d, 0x2e];
+    const p = new Pickle().proto().dict().str("w").global("torch._utils", "_rebuild_tensor_v2").mark();
+    p.mark().str("storage").global("torch", "FloatStorage").str("k").str("cpu").int(4).raw(0x4e).tuple().raw(0x51);
+    p.int(0).ints([4]).ints([1]).raw(0x89).global("collections", "OrderedDict").raw(0x29).reduce().tuple().reduce().setitem().stop();
+    const keys = new Pickle().proto().raw(0x5d).str("k").raw(0x61).stop().bytes();
+    const record = (count: number) => Uint8Array.from([count, 0, 0, 0, 0, 0, 0, 0, ...f32(1, 2, 3, 4)]);
+    const file = (count: number) => Buffer.concat([Uint8Array.from([...magic, ...protocol, ...sysInfo]), p.bytes(), keys, record(count)]);
+    const good = await readAll(file(4));
+    expect([...new Float32Array((await readTensorBytes(good.tensors[0]!)).slice().buffer)]).toEqual([1, 2, 3, 4]);
+    await expect(readTorch(file(3))).rejects.toThrow(/storage "k" is declared with 4 elements, but its record holds 3/);
+    expect(await errorCode(readTorch(file(4).subarray(0, file(4).byteLength - 1)))).toBe("StorageSizeMismatch");
+  });
+});
