@@ -5,7 +5,7 @@
 import { copyFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { fixturePath, makeTempDir, runCli, safetensorsFile } from "@st-convert/testing";
+import { describeInterop, fixturePath, makeTempDir, runCli, runPython, safetensorsFile } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -88,5 +88,30 @@ describe("a model folder", () => {
     expect(runCli([modelFolder(), join(dir, "o")])).toMatchObject({ status: 2, stderr: expect.stringMatching(/--to FORMAT/) });
     mkdirSync(join(dir, "empty"));
     expect(runCli([join(dir, "empty"), join(dir, "o"), "--to", "safetensors"]).stderr).toMatch(/holds no checkpoint/);
+  });
+});
+
+describeInterop("a PyTorch model folder, as the Hub's conversion service would do it", (python) => {
+  it("pytorch_model-0000k-of-0000n.bin + index become model-0000k-of-0000n.safetensors + index, tensor for tensor", () => {
+    const source = fixturePath("torch", "hub_sharded");
+    const out = join(dir, "st");
+    const run = runCli([source, out, "--to", "safetensors", "-q"]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(readdirSync(out).sort()).toEqual(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"]);
+    const pairs = ["00001", "00002"].flatMap((k) => [join(source, `pytorch_model-${k}-of-00002.bin`), join(out, `model-${k}-of-00002.safetensors`)]);
+    runPython(python, "reference_torch.py", ["compare", ...pairs]);
+    const index = JSON.parse(readFileSync(join(out, "model.safetensors.index.json"), "utf8")) as { weight_map: Record<string, string> };
+    const torchIndex = JSON.parse(readFileSync(join(source, "pytorch_model.bin.index.json"), "utf8")) as { weight_map: Record<string, string> };
+    expect(Object.keys(index.weight_map).sort()).toEqual(Object.keys(torchIndex.weight_map).sort());
+  });
+
+  it("a transformers GPT-2 folder (.bin, tied embeddings) converts with its config, and from_pretrained loads the result", () => {
+    const model = join(dir, "gpt2");
+    runPython(python, "reference_shards.py", ["torchdir", model]);
+    const out = join(dir, "gpt2-st");
+    const run = runCli([model, out, "--to", "safetensors", "--copy-other-files", "-q"]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(readdirSync(out)).toEqual(expect.arrayContaining(["config.json", "model.safetensors"]));
+    expect(runPython(python, "reference_shards.py", ["loadtorch", out, join(model, "pytorch_model.bin")]).trim()).toBe("ok");
   });
 });
