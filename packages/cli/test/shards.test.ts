@@ -6,7 +6,7 @@ import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { describeInterop, makeTempDir, runCli, runPython, safetensorsFile } from "@st-convert/testing";
+import { describeInterop, fixturePath, makeTempDir, runCli, runPython, safetensorsFile } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -146,6 +146,25 @@ describeInterop("sharded output against huggingface_hub and transformers", (pyth
       }
       if (expected.is_sharded) expect(readFileSync(join(out, "model.safetensors.index.json"), "utf8")).toBe(expected.index_text);
     }
+  });
+
+  it("writes PyTorch shards (pytorch_model-0000k-of-0000n.bin + pytorch_model.bin.index.json) that torch.load reads", () => {
+    const out = join(dir, "torch");
+    const run = runCli([fixturePath("sharded", "merged.safetensors"), `${out}/`, "--to", "torch", "--max-shard-size", "400"]);
+    expect(run.status, run.stderr).toBe(0);
+    const shards = readdirSync(out)
+      .filter((f) => f.endsWith(".bin"))
+      .sort();
+    expect(shards).toEqual(["pytorch_model-00001-of-00003.bin", "pytorch_model-00002-of-00003.bin", "pytorch_model-00003-of-00003.bin"]);
+    const pairs = shards.flatMap((f) => {
+      const single = join(dir, `${f}.safetensors`);
+      expect(runCli([join(out, f), single]).status).toBe(0);
+      return [join(out, f), single];
+    });
+    runPython(python, "reference_torch.py", ["compare", ...pairs]);
+    const merged = join(dir, "merged-again.safetensors");
+    expect(runCli([join(out, "pytorch_model.bin.index.json"), merged]).status).toBe(0);
+    expect(readFileSync(merged).equals(readFileSync(fixturePath("sharded", "merged.safetensors")))).toBe(true);
   });
 
   it("reshards a model to transformers' save_pretrained bytes (every shard and the index), and from_pretrained loads ours", () => {
