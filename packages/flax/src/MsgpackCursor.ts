@@ -4,6 +4,10 @@
  * walked in constant memory. It decodes only what the flax reader needs (keys, dtype names, ints,
  * floats); strings, bins and ext payloads are skipped or handed back as offsets.
  *
+ * Parsing is synchronous over the window; only refilling it is asynchronous ({@link ensure},
+ * {@link headerReady}), so a caller awaits only when the window runs out, not once per value
+ * (a promise per header costs more than the header).
+ *
  * Spec: https://github.com/msgpack/msgpack/blob/master/spec.md ("Formats"). Multi-byte numbers
  * are big-endian.
  */
@@ -31,17 +35,32 @@ export type Tag = (typeof Tag)[keyof typeof Tag];
  */
 const WINDOW_SIZE = 64 * 1024;
 
+/** The longest header: a 0xcf/0xd3/0xcb tag and 8 bytes, or a 0xc9 tag, u32 and type. */
+const MAX_HEADER = 9;
+
+/** Strings up to this many bytes are decoded by hand when they are ASCII (faster than a TextDecoder call). */
+const SHORT_STRING = 32;
+
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+/** One array of char codes per short length, reused (setting an array's length costs more than the decoding). */
+const CODES = Array.from({ length: SHORT_STRING + 1 }, (_, n) => new Array<number>(n).fill(0));
 
 /** The broken rule of a malformed file, coded with msgpack-python's word for it. */
 function formatError(rule: string, file: string | undefined): StConvertError {
   return new StConvertError("FormatError", rule, { file });
 }
 
+/** Where the value being read must end, and the words for a count or length past it. */
+interface Limit {
+  readonly end: number;
+  readonly code: string;
+  readonly what: string;
+}
+
 /**
- * Reads msgpack headers sequentially from a source. After {@link next}, the fields `tag`, `length`
- * (count of a map/array, byte length of a str/bin/ext payload), `extType`, `int`, `float` and
- * `bool` describe the value; for str/bin/ext the payload starts at {@link position}.
+ * Reads msgpack headers sequentially from a source. After {@link nextSync}, the fields `tag`,
+ * `length` (count of a map/array, byte length of a str/bin/ext payload), `extType`, `int`,
+ * `float` and `bool` describe the value; for str/bin/ext the payload starts at {@link position}.
  */
 export class MsgpackCursor {
   readonly source: ByteSource;
@@ -57,35 +76,34 @@ export class MsgpackCursor {
   headerAt = 0;
   /**
    * Where the value being read must end: the source's size, or the end of an ext payload whose
-   * inside is being read ({@link within}); counts and lengths past it are refused.
+   * inside is being read ({@link limit}); counts and lengths past it are refused.
    */
-  #end: number;
-  #endRule: { code: string; what: string } = { code: "UnexpectedEof", what: "the file" };
+  #limit: Limit;
 
   #window: Uint8Array = new Uint8Array(0);
   #view: DataView = new DataView(new ArrayBuffer(0));
-  /** File offset of `#window[0]`. */
+  /** File offset of `#window[0]`, and of the byte after its last (the position never leaves the window backwards). */
   #windowAt = 0;
+  #windowEnd = 0;
 
   constructor(source: ByteSource) {
     this.source = source;
-    this.#end = source.size;
+    this.#limit = { end: source.size, code: "UnexpectedEof", what: "the file" };
   }
 
   /**
-   * Reads the inside of an ext payload that ends at `end`: a count or length reaching past it is
-   * refused with `code` (the payload is malformed, not the file truncated).
+   * From now until {@link unlimit}, the value being read is the inside of an ext payload that
+   * ends at `end`: a count or length reaching past it is refused with `code` (the payload is
+   * malformed, not the file truncated). Returns what {@link unlimit} restores.
    */
-  async within<T>(end: number, code: string, read: () => Promise<T>): Promise<T> {
-    const [savedEnd, savedRule] = [this.#end, this.#endRule];
-    this.#end = end;
-    this.#endRule = { code, what: "its ext payload" };
-    try {
-      return await read();
-    } finally {
-      this.#end = savedEnd;
-      this.#endRule = savedRule;
-    }
+  limit(end: number, code: string): Limit {
+    const saved = this.#limit;
+    this.#limit = { end, code, what: "its ext payload" };
+    return saved;
+  }
+
+  unlimit(saved: Limit): void {
+    this.#limit = saved;
   }
 
   /** Bytes between the position and the end of the source. */
@@ -93,24 +111,46 @@ export class MsgpackCursor {
     return this.source.size - this.position;
   }
 
+  /** Bytes from the position that the window holds. */
+  #available(): number {
+    return this.#windowEnd - this.position;
+  }
+
   /**
-   * Makes `n` bytes from the position available in the window.
-   * @throws StConvertError `UnexpectedEof` when the source ends first (the file is truncated).
+   * Makes `n` bytes from the position available in the window: undefined when they already are,
+   * else a promise that reads them.
+   * @throws StConvertError `UnexpectedEof` (rejects) when the source ends first (the file is truncated).
    */
-  async #need(n: number): Promise<void> {
-    const have = this.#windowAt + this.#window.byteLength - this.position;
-    if (this.position >= this.#windowAt && have >= n) return;
-    if (this.remaining < n) {
-      throw new StConvertError(
-        "UnexpectedEof",
-        `truncated: a value at byte ${this.headerAt} needs ${n} bytes from byte ${this.position}, but the file ends at byte ${this.source.size}`,
-        { file: this.source.name },
-      );
-    }
+  ensure(n: number): Promise<void> | undefined {
+    if (this.#available() >= n) return undefined;
+    return this.#fill(n);
+  }
+
+  /** Makes the next header available: {@link ensure} of as many bytes as the longest header, or the rest of the file. */
+  headerReady(): Promise<void> | undefined {
+    return this.ensure(Math.min(MAX_HEADER, Math.max(1, this.remaining)));
+  }
+
+  async #fill(n: number): Promise<void> {
+    if (this.remaining < n) throw this.#truncated(n);
     const length = Math.min(Math.max(n, WINDOW_SIZE), this.remaining);
     this.#window = await this.source.read(this.position, length);
     this.#windowAt = this.position;
+    this.#windowEnd = this.position + this.#window.byteLength;
     this.#view = new DataView(this.#window.buffer, this.#window.byteOffset, this.#window.byteLength);
+  }
+
+  #truncated(n: number): StConvertError {
+    return new StConvertError(
+      "UnexpectedEof",
+      `truncated: a value at byte ${this.headerAt} needs ${n} bytes from byte ${this.position}, but the file ends at byte ${this.source.size}`,
+      { file: this.source.name },
+    );
+  }
+
+  /** Checks that a header field of `n` bytes is in the window; it is unless the file ends first. */
+  #field(n: number): void {
+    if (this.position + n > this.#windowEnd) throw this.#truncated(n);
   }
 
   #u8(): number {
@@ -129,18 +169,22 @@ export class MsgpackCursor {
     return value;
   }
 
+  /** Reads the next header: {@link headerReady}, then {@link nextSync}. */
+  async next(): Promise<Tag> {
+    await this.headerReady();
+    return this.nextSync();
+  }
+
   /**
-   * Reads the next header. Lengths and counts are checked against the bytes left in the source
-   * before anything else happens, so a declared size past the end is refused without allocating.
+   * Reads the next header from the window, which must hold it ({@link headerReady}). Lengths and
+   * counts are checked against the bytes left in the source (or the payload being read) before
+   * anything else happens, so a declared size past the end is refused without allocating.
    * @throws StConvertError `UnexpectedEof` (truncated or a length past the end), `FormatError`
    *   (the reserved byte 0xc1).
    */
-  async next(): Promise<Tag> {
+  nextSync(): Tag {
     this.headerAt = this.position;
-    // Every header fits in 9 bytes (a 0xcf/0xd3/0xcb tag and 8 bytes, or a 0xc9 tag, u32 and type).
-    if (this.#windowAt + this.#window.byteLength - this.position < 9 || this.position < this.#windowAt) {
-      await this.#need(Math.min(9, Math.max(1, this.remaining)));
-    }
+    this.#field(1);
     const byte = this.#u8();
     if (byte <= 0x7f) return this.#setInt(byte);
     if (byte >= 0xe0) return this.#setInt(byte - 0x100);
@@ -159,19 +203,19 @@ export class MsgpackCursor {
       case 0xc4:
       case 0xc5:
       case 0xc6:
-        return this.#setPayload(Tag.Bin, await this.#lengthField(byte - 0xc4));
+        return this.#setPayload(Tag.Bin, this.#lengthField(byte - 0xc4));
       case 0xc7:
       case 0xc8:
       case 0xc9: {
-        const length = await this.#lengthField(byte - 0xc7);
-        await this.#need(1);
+        const length = this.#lengthField(byte - 0xc7);
+        this.#field(1);
         this.extType = (this.#u8() << 24) >> 24;
         return this.#setPayload(Tag.Ext, length);
       }
       case 0xca:
       case 0xcb: {
         const width = byte === 0xca ? 4 : 8;
-        await this.#need(width);
+        this.#field(width);
         const at = this.position - this.#windowAt;
         this.float = width === 4 ? this.#view.getFloat32(at) : this.#view.getFloat64(at);
         this.position += width;
@@ -179,48 +223,48 @@ export class MsgpackCursor {
         return Tag.Float;
       }
       case 0xcc:
-        await this.#need(1);
+        this.#field(1);
         return this.#setInt(this.#u8());
       case 0xcd:
-        await this.#need(2);
+        this.#field(2);
         return this.#setInt(this.#u16());
       case 0xce:
-        await this.#need(4);
+        this.#field(4);
         return this.#setInt(this.#u32());
       case 0xcf:
-        await this.#need(8);
+        this.#field(8);
         return this.#setInt64(this.#view.getBigUint64(this.position - this.#windowAt));
       case 0xd0:
-        await this.#need(1);
+        this.#field(1);
         return this.#setInt((this.#u8() << 24) >> 24);
       case 0xd1:
-        await this.#need(2);
+        this.#field(2);
         return this.#setInt((this.#u16() << 16) >> 16);
       case 0xd2:
-        await this.#need(4);
+        this.#field(4);
         return this.#setInt(this.#u32() | 0);
       case 0xd3:
-        await this.#need(8);
+        this.#field(8);
         return this.#setInt64(this.#view.getBigInt64(this.position - this.#windowAt));
       case 0xd4:
       case 0xd5:
       case 0xd6:
       case 0xd7:
       case 0xd8:
-        await this.#need(1);
+        this.#field(1);
         this.extType = (this.#u8() << 24) >> 24;
         return this.#setPayload(Tag.Ext, 1 << (byte - 0xd4));
       case 0xd9:
       case 0xda:
       case 0xdb:
-        return this.#setPayload(Tag.Str, await this.#lengthField(byte - 0xd9));
+        return this.#setPayload(Tag.Str, this.#lengthField(byte - 0xd9));
       case 0xdc:
       case 0xdd:
-        await this.#need(byte === 0xdc ? 2 : 4);
+        this.#field(byte === 0xdc ? 2 : 4);
         return this.#setCount(Tag.Array, byte === 0xdc ? this.#u16() : this.#u32());
       case 0xde:
       case 0xdf:
-        await this.#need(byte === 0xde ? 2 : 4);
+        this.#field(byte === 0xde ? 2 : 4);
         return this.#setCount(Tag.Map, byte === 0xde ? this.#u16() : this.#u32());
       default:
         throw formatError(`invalid msgpack: byte 0x${byte.toString(16)} at ${this.headerAt} is reserved and starts no value`, this.source.name);
@@ -228,8 +272,8 @@ export class MsgpackCursor {
   }
 
   /** Reads a 1-, 2- or 4-byte length (`width` 0, 1, 2). */
-  async #lengthField(width: number): Promise<number> {
-    await this.#need(1 << width);
+  #lengthField(width: number): number {
+    this.#field(1 << width);
     return width === 0 ? this.#u8() : width === 1 ? this.#u16() : this.#u32();
   }
 
@@ -250,11 +294,12 @@ export class MsgpackCursor {
     // Like msgpack-python's unpackb (max_map_len = len/2, max_array_len = len): every entry needs
     // at least one byte per key and value, so a count the rest of the file cannot hold is refused here.
     const needed = tag === Tag.Map ? 2 * count : count;
-    const left = this.#end - this.position;
+    const left = this.#limit.end - this.position;
     if (needed > left) {
+      const { code, what } = this.#limit;
       throw new StConvertError(
-        this.#endRule.code,
-        `${this.#endRule.code === "UnexpectedEof" ? "truncated: " : ""}the ${tag === Tag.Map ? "map" : "array"} at byte ${this.headerAt} declares ${count} entries, but only ${Math.max(0, left)} bytes of ${this.#endRule.what} follow`,
+        code,
+        `${code === "UnexpectedEof" ? "truncated: " : ""}the ${tag === Tag.Map ? "map" : "array"} at byte ${this.headerAt} declares ${count} entries, but only ${Math.max(0, left)} bytes of ${what} follow`,
         { file: this.source.name },
       );
     }
@@ -264,12 +309,13 @@ export class MsgpackCursor {
   }
 
   #setPayload(tag: typeof Tag.Str | typeof Tag.Bin | typeof Tag.Ext, length: number): Tag {
-    const left = this.#end - this.position;
+    const left = this.#limit.end - this.position;
     if (length > left) {
+      const { code, what: where } = this.#limit;
       const what = tag === Tag.Str ? "string" : tag === Tag.Bin ? "bin" : "ext";
       throw new StConvertError(
-        this.#endRule.code,
-        `${this.#endRule.code === "UnexpectedEof" ? "truncated: " : ""}the ${what} at byte ${this.headerAt} declares ${length} bytes, but only ${Math.max(0, left)} bytes of ${this.#endRule.what} follow`,
+        code,
+        `${code === "UnexpectedEof" ? "truncated: " : ""}the ${what} at byte ${this.headerAt} declares ${length} bytes, but only ${Math.max(0, left)} bytes of ${where} follow`,
         { file: this.source.name },
       );
     }
@@ -283,43 +329,98 @@ export class MsgpackCursor {
     this.position += n;
   }
 
+  /** The `n`-byte UTF-8 payload at the position: {@link ensure}, then {@link stringSync}. */
+  async string(n: number): Promise<string> {
+    await this.ensure(n);
+    return this.stringSync(n);
+  }
+
   /**
-   * Decodes the `n`-byte UTF-8 payload at the position (a key or a dtype name) and moves past it.
+   * Decodes the `n`-byte UTF-8 payload at the position (a key or a dtype name), which the window
+   * must hold ({@link ensure}), and moves past it.
    * @throws StConvertError `FormatError` for invalid UTF-8 (msgpack-python raises UnicodeDecodeError).
    */
-  async string(n: number): Promise<string> {
-    await this.#need(n);
+  stringSync(n: number): string {
     const at = this.position - this.#windowAt;
+    const window = this.#window;
     this.position += n;
+    if (n <= SHORT_STRING) {
+      const codes = CODES[n]!;
+      let ascii = true;
+      for (let i = 0; i < n; i++) {
+        const byte = window[at + i]!;
+        if (byte >= 0x80) {
+          ascii = false;
+          break;
+        }
+        codes[i] = byte;
+      }
+      if (ascii) return String.fromCharCode.apply(null, codes);
+    }
     try {
-      return utf8.decode(this.#window.subarray(at, at + n));
+      return utf8.decode(window.subarray(at, at + n));
     } catch {
       throw formatError(`invalid UTF-8 in the string at byte ${this.headerAt}`, this.source.name);
     }
   }
 
   /**
-   * Checks that the `n`-byte payload at the position is UTF-8 without keeping it, one window at a
-   * time, and moves past it.
+   * Checks that the `n`-byte payload at the position is UTF-8, one window at a time, and moves
+   * past it; with `keep`, returns the text (the caller bounds `n`), else an empty string.
    * @throws StConvertError `FormatError`.
    */
-  async checkUtf8(n: number): Promise<void> {
+  async utf8(n: number, keep: boolean): Promise<string> {
     const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
     const at = this.headerAt;
+    const parts: string[] = [];
     try {
       let left = n;
       while (left > 0) {
         const step = Math.min(left, WINDOW_SIZE);
-        await this.#need(step);
+        await this.ensure(step);
         const from = this.position - this.#windowAt;
-        decoder.decode(this.#window.subarray(from, from + step), { stream: true });
+        const text = decoder.decode(this.#window.subarray(from, from + step), { stream: true });
+        if (keep) parts.push(text);
         this.position += step;
         left -= step;
       }
-      decoder.decode();
+      parts.push(decoder.decode());
     } catch (error) {
       if (error instanceof TypeError) throw formatError(`invalid UTF-8 in the string at byte ${at}`, this.source.name);
       throw error;
     }
+    return keep ? parts.join("") : "";
+  }
+
+  /** A copy of the `n` payload bytes at the position (the caller bounds `n`); moves past them. */
+  async bytes(n: number): Promise<Uint8Array> {
+    return this.readInto(new Uint8Array(n));
+  }
+
+  /** Fills `out` with the payload bytes at the position, one window at a time, and moves past them. */
+  async readInto(out: Uint8Array): Promise<Uint8Array> {
+    const n = out.byteLength;
+    for (let done = 0; done < n; ) {
+      const step = Math.min(n - done, WINDOW_SIZE);
+      await this.ensure(step);
+      this.#copy(out, done, step);
+      done += step;
+    }
+    return out;
+  }
+
+  /** {@link readInto} when the window holds all of `out` (true), else nothing is read (false). */
+  readIntoSync(out: Uint8Array): boolean {
+    if (this.#available() < out.byteLength) return false;
+    this.#copy(out, 0, out.byteLength);
+    return true;
+  }
+
+  #copy(out: Uint8Array, to: number, n: number): void {
+    const from = this.position - this.#windowAt;
+    const window = this.#window;
+    if (n <= 16) for (let i = 0; i < n; i++) out[to + i] = window[from + i]!;
+    else out.set(window.subarray(from, from + n), to);
+    this.position += n;
   }
 }

@@ -63,6 +63,53 @@ export class MsgpackEncoder {
     else this.#tagged(0xcf, 8, value);
   }
 
+  /** Any integer from -2^63 to 2^64 - 1, in msgpack-python's smallest form. */
+  int(value: number | bigint): void {
+    if (value >= 0) {
+      if (typeof value === "number") this.uint(value);
+      else if (value <= 0xffffffffn) this.uint(Number(value));
+      else this.#tagged64(0xcf, value);
+      return;
+    }
+    const n = Number(value);
+    if (n >= -32) this.#byte(n & 0xff);
+    else if (n >= -128) this.#tagged(0xd0, 1, n & 0xff);
+    else if (n >= -32768) this.#tagged(0xd1, 2, n & 0xffff);
+    else if (n >= -(2 ** 31)) this.#tagged(0xd2, 4, n >>> 0);
+    else this.#tagged64(0xd3, BigInt.asUintN(64, BigInt(value)));
+  }
+
+  #tagged64(tag: number, value: bigint): void {
+    const at = this.#reserve(9);
+    this.#buffer[at] = tag;
+    this.#view.setBigUint64(at + 1, BigInt.asUintN(64, value));
+  }
+
+  /** A float64 (0xcb, what msgpack-python writes for every float) from its 8 big-endian bytes. */
+  float64(bits: Uint8Array): void {
+    const at = this.#reserve(9);
+    this.#buffer[at] = 0xcb;
+    this.#buffer.set(bits, at + 1);
+  }
+
+  nil(): void {
+    this.#byte(0xc0);
+  }
+
+  /** A bin with its bytes (small values; array bytes stream through {@link raw}). */
+  bin(bytes: Uint8Array): void {
+    this.binHeader(bytes.byteLength);
+    const at = this.#reserve(bytes.byteLength);
+    this.#buffer.set(bytes, at);
+  }
+
+  /** An ext value with its payload (small values). */
+  ext(type: number, data: Uint8Array): void {
+    this.extHeader(type, data.byteLength);
+    const at = this.#reserve(data.byteLength);
+    this.#buffer.set(data, at);
+  }
+
   bool(value: boolean): void {
     this.#byte(value ? 0xc3 : 0xc2);
   }
@@ -81,6 +128,23 @@ export class MsgpackEncoder {
 
   /** A UTF-8 string (the caller has checked it is well-formed: no lone surrogates). */
   str(text: string): void {
+    const length = text.length;
+    if (length <= 31) {
+      // Short ASCII (keys, dtype names): written by hand, no encoder call.
+      const at = this.#reserve(1 + length);
+      const buffer = this.#buffer;
+      let i = 0;
+      for (; i < length; i++) {
+        const code = text.charCodeAt(i);
+        if (code >= 0x80) break;
+        buffer[at + 1 + i] = code;
+      }
+      if (i === length) {
+        buffer[at] = 0xa0 | length;
+        return;
+      }
+      this.#length = at;
+    }
     const bytes = utf8.encode(text);
     const n = bytes.byteLength;
     // str8 (0xd9) exists because flax packs with use_bin_type=True.
@@ -106,15 +170,15 @@ export class MsgpackEncoder {
     else if (length <= 0xffff) this.#tagged(0xc8, 2, length);
     else if (length <= 0xffffffff) this.#tagged(0xc9, 4, length);
     else throw new StConvertError("Unsupported", `an ext payload of ${length} bytes is past msgpack's 2^32 - 1`);
-    this.#byte(type);
+    this.#byte(type & 0xff);
   }
 
   /**
-   * The ext 1 header and the payload's head for an array of `byteLength` bytes: flax's
-   * `packb((shape, dtype.name, bytes), use_bin_type=True)` inside `ExtType(1, …)`. The caller
-   * writes the `byteLength` raw bytes next.
+   * The ext header and the payload's head for an array of `byteLength` bytes: flax's
+   * `packb((shape, dtype.name, bytes), use_bin_type=True)` inside `ExtType(1, …)`, or
+   * `ExtType(3, …)` for a numpy scalar. The caller writes the `byteLength` raw bytes next.
    */
-  ndarrayHeader(shape: readonly number[], dtypeName: string, byteLength: number): void {
+  ndarrayHeader(shape: readonly number[], dtypeName: string, byteLength: number, type: 1 | 3 = 1): void {
     // The ext header's size depends on the head's: the head is written after room for the largest
     // ext header (ext32, 6 bytes), then moved down behind the header that fits.
     const start = this.#reserve(6);
@@ -126,7 +190,7 @@ export class MsgpackEncoder {
     this.binHeader(byteLength);
     const headLength = this.#length - headAt;
     this.#length = start;
-    this.extHeader(1, headLength + byteLength);
+    this.extHeader(type, headLength + byteLength);
     this.#buffer.copyWithin(this.#length, headAt, headAt + headLength);
     this.#length += headLength;
   }

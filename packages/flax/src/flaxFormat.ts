@@ -108,7 +108,8 @@ export function sniffFlax(head: Uint8Array): boolean {
 /**
  * The flax msgpack format (`flax.serialization.to_bytes` / `msgpack_serialize`), as registered with
  * the `st-convert` command. Options: `sep` (the name separator, default `.`) and `keep-scalars`
- * (read Python number and bool leaves as 0-d tensors instead of skipping them).
+ * (also list Python number and bool leaves as 0-d tensors; the `flax.tree` metadata keeps them
+ * either way, and the writer turns such tensors back into numbers).
  */
 export const flaxFormat: TensorFormat = {
   name: "flax",
@@ -128,7 +129,7 @@ export const flaxFormat: TensorFormat = {
       name: "keep-scalars",
       type: "boolean",
       multiple: false,
-      description: "flax: read Python int/float/bool leaves as 0-d I64/F64/BOOL tensors instead of skipping them",
+      description: "flax: also list Python int/float/bool leaves as 0-d I64/F64/BOOL tensors (the flax.tree metadata keeps them either way)",
       appliesTo: "read",
     },
   ],

@@ -10,10 +10,14 @@ export {
   type FlaxTensor,
   MAX_ARRAYS,
   MAX_DEPTH,
+  MAX_MAP_ENTRIES,
   MAX_NAME_LENGTH,
+  MAX_ORDERED_TREE_BYTES,
   MAX_RANK,
+  MAX_TREE_BYTES,
   MAX_WARNINGS,
   readFlax,
 } from "./readFlax.js";
-export { type FlaxWriteOptions, MAX_CHUNK_SIZE, serializeFlax, writeFlax } from "./writeFlax.js";
+export { FLAX_TREE_KEY } from "./FlaxTree.js";
+export { type FlaxWriteOptions, MAX_CHUNK_SIZE, MAX_TREE_RECORD, serializeFlax, writeFlax } from "./writeFlax.js";
 export { flaxFormat, sniffFlax } from "./flaxFormat.js";

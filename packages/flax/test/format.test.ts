@@ -92,6 +92,6 @@ describe("flaxFormat", () => {
   });
 
   it("refuses a sep given more than once", async () => {
-    await expect(flaxFormat.open(bytesSource(cat(map(0))), { options: { sep: ["/", "."] } })).rejects.toMatchObject({ code: "InvalidArgument" });
+    await expect(flaxFormat.open(bytesSource(cat(map(0))), { options: { sep: ["/", "."] } })).rejects.toMatchObject({ code: "InvalidOption" });
   });
 });

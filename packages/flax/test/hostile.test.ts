@@ -3,11 +3,11 @@
  * StConvertError with the code of the broken rule, without allocating what the file did not earn.
  */
 import { describe, expect, it } from "vitest";
-import { type ByteSource, readTensorBytes } from "@st-convert/core";
-import { type FlaxReadOptions, MAX_DEPTH, readFlax } from "@st-convert/flax";
+import { type ByteSource, readTensorBytes, tensorFromBytes } from "@st-convert/core";
+import { FLAX_TREE_KEY, type FlaxReadOptions, MAX_DEPTH, readFlax, serializeFlax } from "@st-convert/flax";
 import { dims, hostileCases as cases, nest, pieces } from "./hostileCases.js";
 import { arr, cat, ext, f32, map, ndarray, str } from "./msgpackBytes.js";
-import { errorCode, recordHostileCases } from "@st-convert/testing";
+import { errorCode, recordHostileCases, toHex } from "@st-convert/testing";
 
 // Cases that need non-default options test an overridden limit, not the command's behaviour.
 recordHostileCases(
@@ -65,14 +65,17 @@ describe("hostile flax files", () => {
   });
 });
 
-describe("unusual but valid input, accepted like the reference", () => {
-  const read = async (bytes: Uint8Array, options: FlaxReadOptions = {}) => {
-    const warnings: string[] = [];
-    const file = await readFlax(bytes, { ...options, onWarning: (m) => warnings.push(m) });
-    return { file, warnings, names: file.tensors.map((t) => t.name) };
-  };
+const read = async (bytes: Uint8Array, options: FlaxReadOptions = {}) => {
+  const warnings: string[] = [];
+  const file = await readFlax(bytes, { ...options, onWarning: (m) => warnings.push(m) });
+  return { file, warnings, names: file.tensors.map((t) => t.name) };
+};
 
-  it("fixext 1/2/4/8 values of unknown ext types and the timestamp ext are skipped with a notice", async () => {
+/** The tree the file's flax.tree record holds. */
+const tree = (file: { metadata: Readonly<Record<string, string>> | null }): unknown => JSON.parse(file.metadata![FLAX_TREE_KEY]!).tree;
+
+describe("unusual but valid input, accepted like the reference", () => {
+  it("fixext 1/2/4/8 values of unknown ext types and a timestamp ext are recorded in the tree, with no notice", async () => {
     const bytes = cat(
       map(5),
       str("a"),
@@ -86,13 +89,21 @@ describe("unusual but valid input, accepted like the reference", () => {
       str("w"),
       ndarray([], "uint8", [9]),
     );
-    const { names, warnings } = await read(bytes);
+    const { file, names, warnings } = await read(bytes);
     expect(names).toEqual(["w"]);
+    expect(warnings).toEqual([]);
+    expect(file.skipped).toBe(4);
+    expect(tree(file)).toEqual(["a", { x: [7, "00"] }, "b", { x: [7, "0000"] }, "c", { x: [-1, "00000000"] }, "d", { x: [7, "0000000000000000"] }, "w", 1]);
+  });
+
+  it("without room for the tree, the leaves are skipped with a notice each", async () => {
+    const bytes = cat(map(3), str("a"), [0xd4, 0x07, 0x00], str("c"), [0xd6, 0xff, 0, 0, 0, 0], str("w"), ndarray([], "uint8", [9]));
+    const { file, warnings } = await read(bytes, { maxTreeBytes: 8 });
+    expect(file.metadata).toBeNull();
     expect(warnings).toEqual([
+      expect.stringMatching(/^the tree is not recorded in the metadata \(flax\.tree\): .*; its values that are not arrays are skipped$/),
       'skipped "a": an ext value of type 7, which flax does not write is not an array',
-      'skipped "b": an ext value of type 7, which flax does not write is not an array',
       'skipped "c": an ext value of type -1, which flax does not write is not an array',
-      'skipped "d": an ext value of type 7, which flax does not write is not an array',
     ]);
   });
 
@@ -136,29 +147,39 @@ describe("unusual but valid input, accepted like the reference", () => {
     expect(names).toEqual(["l.0.chunks.0"]);
   });
 
-  it("integer and None keys are fine where no array needs them as a name", async () => {
-    const { names, warnings } = await read(cat(map(2), [0x05], [0x01], str("w"), ndarray([1], "uint8", [1])));
+  it("integer and None keys are fine where no array needs them as a name, and recorded", async () => {
+    const { file, names, warnings } = await read(cat(map(3), [0x05], [0x01], [0xc0], [0xc2], str("w"), ndarray([1], "uint8", [1])));
     expect(names).toEqual(["w"]);
-    expect(warnings).toEqual(['skipped "[the integer key 5]": a Python int (1) is not an array']);
+    expect(warnings).toEqual([]);
+    expect(tree(file)).toEqual([{ i: 5 }, { i: 1 }, null, false, "w", 1]);
   });
 
-  it("reports at most maxWarnings skipped leaves one by one, then a count", async () => {
+  it("reports at most maxWarnings skipped leaves one by one, then a count, when the tree is not recorded", async () => {
     const bytes = cat(map(5), ...["a", "b", "c", "d", "e"].flatMap((k) => [str(k), [0xc0]]));
-    const { warnings, file } = await read(bytes, { maxWarnings: 2 });
+    const { warnings, file } = await read(bytes, { maxWarnings: 2, maxTreeBytes: 4 });
     expect(warnings).toEqual([
+      expect.stringMatching(/^the tree is not recorded/),
       'skipped "a": None is not an array',
       'skipped "b": None is not an array',
       "skipped 3 more leaves that are not arrays (5 in all)",
     ]);
     expect(file.skipped).toBe(5);
+    // With room, they are all in the tree and nothing is lost.
+    const recorded = await read(bytes, { maxWarnings: 2 });
+    expect(recorded.warnings).toEqual([]);
+    expect(tree(recorded.file)).toEqual(["a", null, "b", null, "c", null, "d", null, "e", null]);
   });
 
-  it("warns once when a key holds the separator", async () => {
-    const { names, warnings } = await read(cat(map(2), str("a.b"), ndarray([1], "uint8", [1]), str("c.d"), ndarray([1], "uint8", [1])));
+  it("a key that holds the separator is kept whole in the tree; without the tree, a notice says so once", async () => {
+    const bytes = cat(map(2), str("a.b"), ndarray([1], "uint8", [1]), str("c.d"), ndarray([1], "uint8", [1]));
+    const { file, names, warnings } = await read(bytes);
     expect(names).toEqual(["a.b", "c.d"]);
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toMatch(/"a\.b" has a key that holds the separator/);
-    expect((await read(cat(map(1), str("a.b"), ndarray([1], "uint8", [1])), { sep: "/" })).warnings).toEqual([]);
+    expect(warnings).toEqual([]);
+    expect(tree(file)).toEqual(["a.b", 1, "c.d", 1]);
+    const unrecorded = await read(bytes, { maxTreeBytes: 0 });
+    expect(unrecorded.warnings).toHaveLength(2);
+    expect(unrecorded.warnings[1]).toMatch(/"a\.b" has a key that holds the separator/);
+    expect((await read(cat(map(1), str("a.b"), ndarray([1], "uint8", [1])), { sep: "/" })).file.metadata).toBeNull();
   });
 
   it("an empty dict, an empty list and an empty file-level map hold no tensors", async () => {
@@ -173,5 +194,29 @@ describe("kept scalars", () => {
     const file = cat(map(1), str("a".repeat(12)), [0x01]);
     expect(await errorCode(readFlax(file, { keepScalars: true, maxNameLength: 8 }))).toBe("LimitExceeded");
     expect(await errorCode(readFlax(file, { keepScalars: true, maxNameLength: 12 }))).toBe("ok");
+  });
+});
+
+describe("a numpy bool scalar holding 0x55", () => {
+  // flax's `ar[()]` makes np.True_, which holds 0x01, and `msgpack_serialize` writes that back.
+  const scalar = (byte: number) => cat(map(1), str("b"), [0xc7, 0x0a, 0x03, 0x93, 0x90], str("bool"), [0xc4, 0x01, byte]);
+
+  it("reads as True (0x01), as flax restores it, and is written back as 0x01", async () => {
+    const file = await readFlax(scalar(0x55));
+    const [t] = file.tensors;
+    expect([t!.dtype, t!.shape, [...(await readTensorBytes(t!))]]).toEqual(["BOOL", [], [1]]);
+    expect(t!.ranges).toEqual([]);
+    expect(toHex(await serializeFlax(file))).toBe(toHex(scalar(0x01)));
+  });
+
+  it("is written as 0x01 by the writer at a numpy scalar's place, whatever the tensor holds", async () => {
+    const tensors = [tensorFromBytes({ name: "b", dtype: "BOOL", shape: [] }, Uint8Array.of(0x55))];
+    const metadata = { [FLAX_TREE_KEY]: JSON.stringify({ version: 1, sep: ".", tree: ["b", 3] }) };
+    expect(toHex(await serializeFlax({ metadata, tensors }))).toBe(toHex(scalar(0x01)));
+  });
+
+  it("in a 0-d ndarray (ext 1) keeps its byte, as numpy's array does", async () => {
+    const file = await readFlax(cat(map(1), str("b"), [0xc7, 0x0a, 0x01, 0x93, 0x90], str("bool"), [0xc4, 0x01, 0x55]));
+    expect([...(await readTensorBytes(file.tensors[0]!))]).toEqual([0x55]);
   });
 });

@@ -3,13 +3,27 @@
  * unit tests and the interop test that checks the reference's verdict on each.
  */
 import { type FlaxReadOptions, MAX_DEPTH } from "@st-convert/flax";
-import { arr, bin, cat, ext, f32, map, ndarray, payload, str, uint } from "./msgpackBytes.js";
+import { type Part, arr, bin, cat, ext, f32, map, ndarray, payload, str, uint } from "./msgpackBytes.js";
 
 export const ok = cat(map(1), str("w"), ndarray([2], "float32", f32(1, 2)));
 export const chunkDict = (shape: Uint8Array, chunks: Uint8Array, marker = cat(str("__msgpack_chunked_array__"), [0xc3])) =>
   cat(map(1), str("w"), map(3), marker, str("shape"), shape, str("chunks"), chunks);
 export const dims = (...values: number[]) => cat(map(values.length), ...values.flatMap((d, i) => [str(String(i)), uint(d)]));
 export const pieces = (...arrays: Uint8Array[]) => cat(map(arrays.length), ...arrays.flatMap((a, i) => [str(String(i)), a]));
+/** `{"a": ext}`: an ext value of `type` around `payload`, in the ext8 form. */
+export const extLeaf = (type: number, payloadBytes: Part) => {
+  const p = cat(payloadBytes);
+  return cat(map(1), str("a"), [0xc7, p.byteLength, type & 0xff], p);
+};
+const be64 = (value: bigint) => Array.from({ length: 8 }, (_, i) => Number((value >> BigInt(8 * (7 - i))) & 0xffn));
+const be32 = (value: number) => [value >>> 24, (value >>> 16) & 0xff, (value >>> 8) & 0xff, value & 0xff];
+/** A uint64 (0xcf) msgpack int. */
+const u64 = (value: bigint) => [0xcf, ...be64(value)];
+/** `{"w": ndarray}` of a zero-element `dtype` array with these dims (uint64 each). */
+const emptyArray = (dtype: string, ...dims: bigint[]) => {
+  const p = cat(arr(3), arr(dims.length), ...dims.map(u64), str(dtype), [0xc4, 0]);
+  return cat(map(1), str("w"), [0xc7, p.byteLength, 0x01], p);
+};
 export const nest = (depth: number, kind: "map" | "array") =>
   cat(...Array.from({ length: depth - 1 }, () => (kind === "map" ? cat(map(1), str("a")) : arr(1))), kind === "map" ? map(0) : arr(0));
 
@@ -123,6 +137,80 @@ export const hostileCases: [attack: string, bytes: Uint8Array, code: string, ref
     "DuplicateKey",
     "accepts",
   ],
+  // Ext values msgpack_restore cannot decode (its Timestamp, ExtType and flax's complex decoder raise).
+  ["a timestamp ext of 5 bytes", extLeaf(-1, [0, 0, 0, 0, 1]), "InvalidExt", "refuses"],
+  ["a timestamp ext of 1 byte (fixext1)", cat(map(1), str("a"), [0xd4, 0xff, 0x00]), "InvalidExt", "refuses"],
+  ["a timestamp ext of 16 bytes (fixext16)", cat(map(1), str("a"), [0xd8, 0xff], new Uint8Array(16)), "InvalidExt", "refuses"],
+  ["an empty timestamp ext", extLeaf(-1, []), "InvalidExt", "refuses"],
+  ["a 64-bit timestamp with 1,000,000,000 nanoseconds", cat(map(1), str("a"), [0xd7, 0xff], be64((1_000_000_000n << 34n) | 5n)), "InvalidExt", "refuses"],
+  ["a 96-bit timestamp with 1,000,000,000 nanoseconds", extLeaf(-1, cat(be32(1_000_000_000), be64(5n))), "InvalidExt", "refuses"],
+  ["a 96-bit timestamp with 999,999,999 nanoseconds and negative seconds", extLeaf(-1, cat(be32(999_999_999), be64(2n ** 64n - 5n))), "ok", "accepts"],
+  ["a 32-bit timestamp", cat(map(1), str("a"), [0xd6, 0xff, 0, 0, 0, 1]), "ok", "accepts"],
+  ["an ext of type -2", cat(map(1), str("a"), [0xd4, 0xfe, 0x00]), "InvalidExt", "refuses"],
+  ["an ext of type -128", extLeaf(-128, [1, 2, 3]), "InvalidExt", "refuses"],
+  ["an ext of type 127 and an empty ext of type 0", cat(map(2), str("a"), [0xd4, 0x7f, 0x00], str("b"), [0xc7, 0x00, 0x00]), "ok", "accepts"],
+  ["a complex payload that is not msgpack (0xc1)", extLeaf(2, [0xc1]), "InvalidExt", "refuses"],
+  ["an empty complex payload", extLeaf(2, []), "InvalidExt", "refuses"],
+  ["a complex payload cut inside its list", extLeaf(2, [0x92, 0x01]), "InvalidExt", "refuses"],
+  ["a complex payload with bytes after its value", extLeaf(2, [0x92, 0x01, 0x02, 0x00]), "InvalidExt", "refuses"],
+  ["a complex of one number", extLeaf(2, [0x91, 0x01]), "InvalidExt", "refuses"],
+  ["a complex whose payload is an int", extLeaf(2, [0x01]), "InvalidExt", "refuses"],
+  ["a complex whose real part is None", extLeaf(2, [0x92, 0xc0, 0x01]), "InvalidExt", "refuses"],
+  ["a complex of two strings", extLeaf(2, cat([0x92], str("1"), str("2"))), "InvalidExt", "refuses"],
+  ["a complex whose real part is an ext value", extLeaf(2, [0x92, 0xd4, 0x07, 0x00, 0x01]), "InvalidExt", "refuses"],
+  ["a complex whose third item has invalid UTF-8", extLeaf(2, [0x93, 0x01, 0x02, 0xa1, 0xff]), "InvalidExt", "refuses"],
+  ["a complex whose third item is a map with an int key (strict_map_key)", extLeaf(2, [0x93, 0x01, 0x02, 0x81, 0x01, 0x02]), "InvalidExt", "refuses"],
+  ["a complex whose third item holds a 5-byte timestamp", extLeaf(2, [0x93, 0x01, 0x02, 0xc7, 0x05, 0xff, 0, 0, 0, 0, 0]), "InvalidExt", "refuses"],
+  ["a complex whose third item holds an ext of type -2", extLeaf(2, [0x93, 0x01, 0x02, 0xd4, 0xfe, 0x00]), "InvalidExt", "refuses"],
+  [
+    "a complex whose third item nests 1024 lists (1025 levels)",
+    cat(map(1), str("a"), ext(2, 1027), [0x93, 0x01, 0x02], new Uint8Array(1023).fill(0x91), [0x90]),
+    "InvalidExt",
+    "refuses",
+  ],
+  [
+    "a complex whose third item nests 1023 lists (1024 levels)",
+    cat(map(1), str("a"), ext(2, 1026), [0x93, 0x01, 0x02], new Uint8Array(1022).fill(0x91), [0x90]),
+    "ok",
+    "accepts",
+  ],
+  ["a complex of three numbers, an int, a bool and a float32", extLeaf(2, [0x93, 0x01, 0xc3, 0xca, 0x3f, 0x80, 0, 0]), "ok", "accepts"],
+  ["a complex given as two bytes (complex(b[0], b[1]))", extLeaf(2, [0xc4, 0x02, 0x01, 0x02]), "ok", "accepts"],
+  [
+    "a complex of a uint64 past 2^53 and a map with bytes keys",
+    extLeaf(2, cat([0x93], u64(2n ** 64n - 1n), [0x02, 0x81, 0xc4, 0x01, 0x61, 0x00])),
+    "ok",
+    "accepts",
+  ],
+  // Repeated keys: msgpack_restore keeps the last value, so the array before it is not in its tree.
+  ["a repeated key: an array, then None", cat(map(2), str("w"), ndarray([1], "uint8", [1]), str("w"), [0xc0]), "DuplicateKey", "accepts"],
+  [
+    "a repeated key holding two dicts",
+    cat(map(2), str("p"), map(1), str("x"), ndarray([1], "uint8", [1]), str("p"), map(1), str("y"), ndarray([1], "uint8", [2])),
+    "DuplicateKey",
+    "accepts",
+  ],
+  ["a key repeated after keys out of order (b, a, b)", cat(map(3), str("b"), [0xc0], str("a"), [0xc0], str("b"), [0xc0]), "DuplicateKey", "accepts"],
+  [
+    "a key repeated after keys in order (a, b, c, a)",
+    cat(map(4), str("a"), [0x01], str("b"), [0x02], str("c"), [0x03], str("a"), [0x04]),
+    "DuplicateKey",
+    "accepts",
+  ],
+  ["keys 1 and True, one key in a Python dict", cat(map(2), [0x01], [0xc0], [0xc3], [0xc0]), "DuplicateKey", "accepts"],
+  ["keys 0 and 0.0, one key in a Python dict", cat(map(2), [0x00], [0xc0], [0xcb, 0, 0, 0, 0, 0, 0, 0, 0], [0xc0]), "DuplicateKey", "accepts"],
+  ["a repeated key in a list's dict", cat(map(1), str("l"), arr(1), map(2), str("a"), [0x01], str("a"), [0x02]), "DuplicateKey", "accepts"],
+  // Zero-element arrays whose shapes numpy cannot make (reshape overflows, or "array is too big").
+  ["a zero-element shape (2^32, 2^32, 0) that overflows", emptyArray("uint8", 2n ** 32n, 2n ** 32n, 0n), "InvalidArray", "refuses"],
+  ["a zero-element float32 shape (0, 2^31, 2^30): 2^63 bytes", emptyArray("float32", 0n, 2n ** 31n, 2n ** 30n), "InvalidArray", "refuses"],
+  ["a zero-element float32 shape (0, 2^31, 2^29): 2^62 bytes, which numpy makes", emptyArray("float32", 0n, 2n ** 31n, 2n ** 29n), "ok", "accepts"],
+  ["a zero-element uint8 shape (0, 2^32, 2^31 - 1)", emptyArray("uint8", 0n, 2n ** 32n, 2n ** 31n - 1n), "ok", "accepts"],
+  [
+    "a chunked array whose zero-element shape overflows",
+    chunkDict(cat(map(3), str("0"), u64(2n ** 32n), str("1"), u64(2n ** 32n), str("2"), [0]), pieces(ndarray([0], "uint8", []))),
+    "InvalidChunkedArray",
+    "refuses",
+  ],
   ["a name past an overridden length limit", cat(map(1), str("x".repeat(20)), ndarray([1], "uint8", [1])), "LimitExceeded", null, { maxNameLength: 10 }],
   [
     "more arrays than an overridden limit",
@@ -131,5 +219,6 @@ export const hostileCases: [attack: string, bytes: Uint8Array, code: string, ref
     null,
     { maxArrays: 2 },
   ],
+  ["a map past an overridden entry limit", cat(map(3), ...["a", "b", "c"].flatMap((k) => [str(k), [0xc0]])), "LimitExceeded", null, { maxMapEntries: 2 }],
   ["an empty separator", ok, "InvalidArgument", null, { sep: "" }],
 ];

@@ -1,14 +1,25 @@
 /**
  * Interop with the real flax (0.12.8) and safetensors: flax's files become safetensors files the
  * reference reads as flax's tree flattened; our msgpack files restore in flax to the nested arrays
- * bit for bit and equal `msgpack_serialize`'s bytes; flax's verdict on each hostile file is the
- * one hostileCases records.
+ * bit for bit and equal `msgpack_serialize`'s bytes; real TrainStates taken through st-convert
+ * restore with `from_bytes` into their targets; flax's verdict on each hostile file is the one
+ * hostileCases records.
  */
 import { createHash } from "node:crypto";
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { DTYPES, type Dtype, type TensorEntry, dtypeInfo, readTensorBytes, serializeSafetensors, tensorByteLength, tensorFromBytes } from "@st-convert/core";
+import {
+  DTYPES,
+  type Dtype,
+  type TensorEntry,
+  dtypeInfo,
+  readSafetensors,
+  readTensorBytes,
+  serializeSafetensors,
+  tensorByteLength,
+  tensorFromBytes,
+} from "@st-convert/core";
 import { readFlax, serializeFlax } from "@st-convert/flax";
 import { describeInterop, fixturePath, fromHex, makeTempDir, runPython, toHex } from "@st-convert/testing";
 import { hostileCases } from "./hostileCases.js";
@@ -25,6 +36,9 @@ interface SafetensorsView {
   tensors?: { name: string; dtype: string; shape: number[]; sha256: string }[];
 }
 type Nested = { dict: Record<string, Nested> } | { list: Nested[] } | { array: { dtype: string; shape: number[]; hex: string } } | { other: string };
+
+/** The `train_state_*.msgpack` fixtures: real flax TrainStates, rebuilt as targets by `reference_flax.py from-bytes`. */
+const TRAIN_STATES = ["adam", "sgd_momentum", "batch_norm"];
 
 const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
 const lines = <T>(text: string) =>
@@ -133,6 +147,37 @@ describeInterop("flax interop with flax.serialization", (python) => {
     runPython(python, "reference_flax.py", ["serialize", ...args]);
     ours.forEach((bytes, seed) => expect(toHex(bytes), `seed ${seed}`).toBe(toHex(readFileSync(args[2 * seed + 1]!))));
   }, 60_000);
+
+  it("real TrainStates (adam, sgd with momentum, BatchNorm batch_stats) → our flax, directly and through safetensors, with the key order recorded or not: from_bytes restores each into the original's target, leaf for leaf", async () => {
+    const args: string[] = ["from-bytes"];
+    for (const kind of TRAIN_STATES) {
+      const fixture = fixturePath("flax", `train_state_${kind}.msgpack`);
+      const original = readFileSync(fixture);
+      const file = await readFlax(original);
+      const ours = {
+        direct: await serializeFlax(file),
+        viaSafetensors: await serializeFlax(await readSafetensors(await serializeSafetensors(file))),
+        keepScalars: await serializeFlax(await readSafetensors(await serializeSafetensors(await readFlax(original, { keepScalars: true })))),
+      };
+      // As a big model's state is recorded: only what the names cannot say, not the key order.
+      const namesOnly = await readFlax(original, { maxOrderedTreeBytes: 0 });
+      const unordered = await serializeFlax(await readSafetensors(await serializeSafetensors(namesOnly)));
+      const paths = Object.entries(ours).map(([how, bytes]) => {
+        const path = join(dir, `${kind}.${how}.msgpack`);
+        writeFileSync(path, bytes);
+        // Byte for byte what flax wrote, key order included.
+        expect(toHex(bytes), `${kind} ${how}`).toBe(toHex(original));
+        return path;
+      });
+      const unorderedPath = join(dir, `${kind}.unordered.msgpack`);
+      writeFileSync(unorderedPath, unordered);
+      args.push(...(args.length > 1 ? ["--"] : []), kind, fixture, ...paths, unorderedPath);
+    }
+    const results = lines<{ ok: boolean; error?: string; differences?: string[]; to_bytes_identical?: boolean }>(runPython(python, "reference_flax.py", args));
+    expect(results).toEqual(
+      Array.from({ length: 4 * TRAIN_STATES.length }, () => ({ ok: true, leaves: expect.any(Number), differences: [], to_bytes_identical: true })),
+    );
+  }, 120_000);
 
   it("flax accepts or refuses each hostile file as recorded", { timeout: 60_000 }, () => {
     const cases = hostileCases.filter(([, , , reference]) => reference !== null);
