@@ -1,0 +1,565 @@
+/**
+ * Element-wise dtype casts over typed arrays, bit-exact with torch's `Tensor.to(dtype)` on CPU
+ * (torch 2.13, checked over every bit pattern of the 8- and 16-bit dtypes and seeded sets of
+ * float32 and float64 values by `fixtures/casts`).
+ *
+ * Floats. Every float cast is torch's: the source is widened to float32 exactly (float64 is
+ * rounded to float32 first, to nearest even, as the FPU does: so float64 → F16, BF16 or F8 rounds
+ * twice, as torch does), then narrowed by torch's scalar conversion for the target (c10's
+ * `round_to_nearest_even`, F16C's `vcvtps2ph`, the `fp8*_from_fp32_value` routines), or widened to
+ * float64. What each target does with what it cannot hold:
+ * - F16, BF16, F8_E5M2: overflow gives ±inf; F8_E4M3 (`float8_e4m3fn`, no inf): overflow and
+ *   ±inf saturate to ±448; the fnuz dtypes: overflow, ±inf and NaN give 0x80 (their only NaN),
+ *   and −0 gives +0; F8_E8M0 (powers of two, no sign): the sign is dropped, values round to the
+ *   nearest power (ties up), 0 gives 2^-127, and overflow, ±inf and NaN give 0xFF (its NaN).
+ * - NaN stays NaN: F16 keeps the sign and the top payload bits, quieted (`vcvtps2ph`); float32 ↔
+ *   float64 keep them too (quieted, as the FPU does); BF16 gets the canonical 0x7FC0 (torch's
+ *   scalar conversion: its AVX2/AVX512 kernels write 0xFFFF instead when the source is F32 or
+ *   F64); F8_E4M3 and F8_E5M2 get 0x7F with the sign. Decoding: BF16 NaNs keep their bits,
+ *   F16 and F8_E5M2 NaNs are quieted, the fnuz and E8M0 NaNs become 0x7F800001.
+ *
+ * Integers (BOOL, U8 … U64, I8 … I64): exact, or refused: a kernel returns the index of the first
+ * element the target cannot hold (a BOOL holds 0 and 1; a BOOL source byte other than 0 or 1 is
+ * refused too), where torch would wrap it.
+ *
+ * Kernels work on native-endian typed arrays over aligned bytes; the caller swaps bytes on a
+ * big-endian host. No allocation per element: 8- and 16-bit sources go through a table of every
+ * pattern's result (built once per pair), float32 sources to an 8-bit target through a table
+ * indexed by the top 16 bits and whether the low 16 are zero (enough, since every 8-bit target
+ * rounds at bit 19 or above), F16 and BF16 targets through integer loops.
+ */
+import type { Dtype } from "./dtypes.js";
+import { StConvertError } from "./StConvertError.js";
+import { LITTLE_ENDIAN } from "./swapBytes.js";
+
+/** The float dtypes st-convert casts between. */
+export const FLOAT_CAST_DTYPES = [
+  "F64",
+  "F32",
+  "F16",
+  "BF16",
+  "F8_E4M3",
+  "F8_E5M2",
+  "F8_E4M3FNUZ",
+  "F8_E5M2FNUZ",
+  "F8_E8M0",
+] as const satisfies readonly Dtype[];
+/** The integer dtypes st-convert casts between (BOOL: 0 and 1). */
+export const INTEGER_CAST_DTYPES = ["BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"] as const satisfies readonly Dtype[];
+
+type FloatDtype = (typeof FLOAT_CAST_DTYPES)[number];
+type IntegerDtype = (typeof INTEGER_CAST_DTYPES)[number];
+type SmallFloat = Exclude<FloatDtype, "F64" | "F32">;
+
+const floats = new Set<string>(FLOAT_CAST_DTYPES);
+const integers = new Set<string>(INTEGER_CAST_DTYPES);
+
+/** True for the dtypes a `BF16`-style rule (no source dtype) casts: F64, F32, F16, BF16 and the F8 family. */
+export function isFloatCastDtype(dtype: string): dtype is FloatDtype {
+  return floats.has(dtype);
+}
+
+/** True for BOOL, U8 … U64 and I8 … I64. */
+export function isIntegerCastDtype(dtype: string): dtype is IntegerDtype {
+  return integers.has(dtype);
+}
+
+/** True when st-convert casts `from` to `to`: float to float, integer to integer (identity included). */
+export function canCast(from: Dtype, to: Dtype): boolean {
+  return (isFloatCastDtype(from) && isFloatCastDtype(to)) || (isIntegerCastDtype(from) && isIntegerCastDtype(to));
+}
+
+/**
+ * Casts `count` elements from `src` into `dst`, both native-endian and aligned to their element
+ * size. Returns −1, or the index of the first element the target cannot hold (integers only;
+ * elements before it are written, the rest are not).
+ */
+export type CastKernel = (src: Uint8Array, dst: Uint8Array, count: number) => number;
+
+/**
+ * A kernel casting `from` to `to`. Each call makes a new kernel (some keep scratch space).
+ * @throws StConvertError `InvalidArgument` when {@link canCast} is false.
+ */
+export function castKernel(from: Dtype, to: Dtype): CastKernel {
+  checkCastable(from, to);
+  if (from === to && canCast(from, to)) {
+    const width = WIDTH[from as FloatDtype | IntegerDtype];
+    return (src, dst, count) => {
+      dst.set(src.subarray(0, count * width));
+      return -1;
+    };
+  }
+  if (isFloatCastDtype(from) && isFloatCastDtype(to)) return floatKernel(from, to);
+  return integerKernel(from as IntegerDtype, to as IntegerDtype);
+}
+
+/**
+ * Refuses a pair st-convert does not cast.
+ * @throws StConvertError `InvalidArgument` when {@link canCast} is false.
+ */
+export function checkCastable(from: Dtype, to: Dtype): void {
+  if (canCast(from, to)) return;
+  throw new StConvertError(
+    "InvalidArgument",
+    `st-convert does not cast ${from} to ${to}: casts go between float dtypes (${FLOAT_CAST_DTYPES.join(", ")}) or between integer dtypes (${INTEGER_CAST_DTYPES.join(", ")})`,
+  );
+}
+
+// ------------------------------------------------------------------------------------- floats
+
+/** Bytes per element. */
+const WIDTH: Readonly<Record<FloatDtype | IntegerDtype, 1 | 2 | 4 | 8>> = {
+  F64: 8,
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  F8_E4M3: 1,
+  F8_E5M2: 1,
+  F8_E4M3FNUZ: 1,
+  F8_E5M2FNUZ: 1,
+  F8_E8M0: 1,
+  BOOL: 1,
+  U8: 1,
+  I8: 1,
+  U16: 2,
+  I16: 2,
+  U32: 4,
+  I32: 4,
+  U64: 8,
+  I64: 8,
+};
+
+/**
+ * How a small float lays out its bits and treats what it cannot hold. `ieee`: an all-ones
+ * exponent holds ±inf and NaNs (F16, BF16, F8_E5M2); `fn`: no inf, the all-ones pattern is NaN and
+ * overflow saturates (F8_E4M3); `fnuz`: no inf, no −0, 0x80 is the only NaN (overflow gives it).
+ */
+interface Layout {
+  readonly width: 1 | 2;
+  readonly mantissaBits: number;
+  readonly bias: number;
+  readonly kind: "ieee" | "fn" | "fnuz";
+}
+
+const LAYOUTS: Readonly<Record<Exclude<SmallFloat, "F8_E8M0">, Layout>> = {
+  F16: { width: 2, mantissaBits: 10, bias: 15, kind: "ieee" },
+  BF16: { width: 2, mantissaBits: 7, bias: 127, kind: "ieee" },
+  F8_E5M2: { width: 1, mantissaBits: 2, bias: 15, kind: "ieee" },
+  F8_E4M3: { width: 1, mantissaBits: 3, bias: 7, kind: "fn" },
+  F8_E4M3FNUZ: { width: 1, mantissaBits: 3, bias: 8, kind: "fnuz" },
+  F8_E5M2FNUZ: { width: 1, mantissaBits: 2, bias: 16, kind: "fnuz" },
+};
+
+/** float32 bits → bits of a small float, as torch's scalar conversion for that dtype computes them. */
+type Encoder = (bits: number) => number;
+
+const encoders = new Map<SmallFloat, Encoder>();
+
+function encoderFor(to: SmallFloat): Encoder {
+  let encode = encoders.get(to);
+  if (encode === undefined) {
+    encode = to === "F8_E8M0" ? encodeE8m0 : layoutEncoder(to, LAYOUTS[to]);
+    encoders.set(to, encode);
+  }
+  return encode;
+}
+
+function layoutEncoder(dtype: SmallFloat, { width, mantissaBits: m, bias, kind }: Layout): Encoder {
+  const signShift = width * 8 - 1;
+  const exponentBits = width * 8 - 1 - m;
+  const infinity = ((1 << exponentBits) - 1) << m;
+  // The largest finite pattern; a result above it has overflowed.
+  const largest = kind === "ieee" ? infinity - 1 : kind === "fn" ? 0x7e : 0x7f;
+  const shift = 23 - m;
+  const halfLess = (1 << (shift - 1)) - 1;
+  const rebias = (127 - bias) << 23;
+  // float32 bits of the target's smallest normal, 2^(1 − bias).
+  const smallestNormal = (128 - bias) << 23;
+  const nan = nanEncoder(dtype, kind);
+  const overflow = (sign: number): number => (kind === "fnuz" ? 0x80 : (sign << signShift) | (kind === "ieee" ? infinity : largest));
+  return (bits) => {
+    const sign = bits >>> 31;
+    const a = bits & 0x7fffffff;
+    if (a > 0x7f800000) return nan(bits);
+    if (a === 0x7f800000) return overflow(sign);
+    let q: number;
+    if (a >= smallestNormal) {
+      // Rebiased, then rounded to nearest even at bit `shift`; a carry moves into the exponent.
+      const r = a - rebias;
+      q = (r + halfLess + ((r >>> shift) & 1)) >>> shift;
+    } else {
+      // The target's subnormals: the significand (implicit bit included) scaled to their unit.
+      const e = a >>> 23;
+      const significand = e === 0 ? a : (a & 0x7fffff) | 0x800000;
+      const s = 151 - bias - m - (e === 0 ? 1 : e);
+      if (s > 25) {
+        q = 0;
+      } else {
+        q = significand >>> s;
+        const rest = significand & ((1 << s) - 1);
+        const half = 1 << (s - 1);
+        if (rest > half || (rest === half && (q & 1) === 1)) q++;
+      }
+    }
+    if (q > largest) return overflow(sign);
+    if (kind === "fnuz" && q === 0) return 0;
+    return (sign << signShift) | q;
+  };
+}
+
+function nanEncoder(dtype: SmallFloat, kind: Layout["kind"]): Encoder {
+  if (dtype === "F16") return (bits) => ((bits >>> 16) & 0x8000) | 0x7e00 | ((bits >>> 13) & 0x3ff);
+  if (dtype === "BF16") return () => 0x7fc0;
+  if (kind === "fnuz") return () => 0x80;
+  return (bits) => ((bits >>> 24) & 0x80) | 0x7f;
+}
+
+/**
+ * F8_E8M0 (`float8_e8m0fnu`): the float32 exponent, plus one when the mantissa rounds up
+ * (guard bit set and round, sticky or the implicit bit set: ties round up from normals). The sign
+ * is ignored; 254 rounding up gives 255, the NaN.
+ */
+function encodeE8m0(bits: number): number {
+  const exponent = (bits >>> 23) & 0xff;
+  if (exponent === 0xff) return 0xff;
+  const guard = bits & 0x400000;
+  const roundUp = guard !== 0 && ((bits & 0x3fffff) !== 0 || exponent > 0);
+  return exponent + (roundUp ? 1 : 0);
+}
+
+/** Bits of a small float → float32 bits (unsigned), exact; NaNs as torch decodes them. */
+function decodeToF32(from: SmallFloat, x: number): number {
+  if (from === "BF16") return (x << 16) >>> 0;
+  if (from === "F8_E8M0") {
+    if (x === 0xff) return 0x7f800001;
+    return x === 0 ? 0x00400000 : (x << 23) >>> 0;
+  }
+  const { width, mantissaBits: m, bias, kind } = LAYOUTS[from];
+  const signBit = width === 2 ? 0x8000 : 0x80;
+  const sign = x & signBit ? 0x80000000 : 0;
+  const exponentMask = (1 << (width * 8 - 1 - m)) - 1;
+  const exponent = (x >>> m) & exponentMask;
+  const mantissa = x & ((1 << m) - 1);
+  if (kind === "fnuz" && x === 0x80) return 0x7f800001;
+  if (kind === "fn" && (x & 0x7f) === 0x7f) return (sign | 0x7f800000 | (mantissa << 20)) >>> 0;
+  if (kind === "ieee" && exponent === exponentMask) {
+    // F16 (and F8_E5M2, which torch decodes as the top byte of an F16): F16C quiets NaNs.
+    return (sign | 0x7f800000 | (mantissa === 0 ? 0 : 0x400000 | (mantissa << (23 - m)))) >>> 0;
+  }
+  const magnitude = exponent === 0 ? mantissa * 2 ** (1 - bias - m) : (2 ** m + mantissa) * 2 ** (exponent - bias - m);
+  return f32Bits(sign ? -magnitude : magnitude);
+}
+
+const scratch = new ArrayBuffer(8);
+const scratchF32 = new Float32Array(scratch, 0, 1);
+const scratchU32 = new Uint32Array(scratch, 0, 2);
+const scratchF64 = new Float64Array(scratch, 0, 1);
+
+/** float32 bits of a value float32 holds exactly (not NaN). */
+function f32Bits(value: number): number {
+  scratchF32[0] = value;
+  return scratchU32[0]!;
+}
+
+/** float64 bits [lo, hi] of float32 bits: exact; a NaN keeps its sign and payload, quieted (`cvtss2sd`). */
+function f32ToF64Words(bits: number, out: Uint32Array, at: number): void {
+  if ((bits & 0x7fffffff) > 0x7f800000) {
+    const payload = bits & 0x7fffff;
+    out[at] = (payload & 7) << 29;
+    out[at + 1] = (bits & 0x80000000) | 0x7ff80000 | (payload >>> 3);
+    return;
+  }
+  scratchU32[0] = bits;
+  scratchF64[0] = scratchF32[0]!;
+  out[at] = scratchU32[0]!;
+  out[at + 1] = scratchU32[1]!;
+}
+
+type Table = Uint8Array | Uint16Array | Uint32Array;
+
+const tables = new Map<string, Table>();
+
+/** The result of every pattern of an 8- or 16-bit float: one entry each (two words for F64). */
+function patternTable(from: SmallFloat, to: FloatDtype): Table {
+  const key = `${from}>${to}`;
+  let table = tables.get(key);
+  if (table !== undefined) return table;
+  const patterns = WIDTH[from] === 2 ? 0x10000 : 0x100;
+  if (to === "F64") {
+    const words = new Uint32Array(patterns * 2);
+    for (let x = 0; x < patterns; x++) f32ToF64Words(decodeToF32(from, x), words, 2 * x);
+    table = words;
+  } else if (to === "F32") {
+    table = new Uint32Array(patterns);
+    for (let x = 0; x < patterns; x++) table[x] = decodeToF32(from, x);
+  } else {
+    const encode = encoderFor(to);
+    table = WIDTH[to] === 2 ? new Uint16Array(patterns) : new Uint8Array(patterns);
+    for (let x = 0; x < patterns; x++) table[x] = encode(decodeToF32(from, x));
+  }
+  tables.set(key, table);
+  return table;
+}
+
+/**
+ * float32 → 8-bit target, indexed by `(bits >>> 16) << 1 | (low 16 bits ≠ 0)`: every 8-bit
+ * target rounds at bit 19 or above (E4M3 normals; subnormals and E5M2, E8M0 higher), so the low
+ * 16 bits only count as sticky, and a NaN's low payload bits only tell it from inf.
+ */
+function f32ByteTable(to: SmallFloat): Uint8Array {
+  const key = `F32>${to}`;
+  let table = tables.get(key) as Uint8Array | undefined;
+  if (table !== undefined) return table;
+  const encode = encoderFor(to);
+  table = new Uint8Array(0x20000);
+  for (let i = 0; i < 0x20000; i++) table[i] = encode(((i >>> 1) << 16) | (i & 1));
+  tables.set(key, table);
+  return table;
+}
+
+function floatKernel(from: FloatDtype, to: FloatDtype): CastKernel {
+  if (from === "F64") {
+    if (to === "F32") return f64ToF32;
+    // Rounded to float32 first, as torch does, into scratch space reused between calls.
+    const narrow = floatKernel("F32", to);
+    let staged = new Uint8Array(0);
+    return (src, dst, count) => {
+      if (staged.byteLength < count * 4) staged = new Uint8Array(count * 4);
+      f64ToF32(src, staged, count);
+      return narrow(staged, dst, count);
+    };
+  }
+  if (from === "F32") {
+    if (to === "F64") return f32ToF64;
+    if (to === "BF16") return f32ToBf16;
+    if (to === "F16") return f32ToF16Kernel();
+    return f32ToByteKernel(f32ByteTable(to as SmallFloat));
+  }
+  if (from === "BF16" && to === "F32") return bf16ToF32;
+  return tableKernel(patternTable(from, to), WIDTH[from], to === "F64");
+}
+
+/** BF16 is the top half of a float32: a shift, NaNs included (torch keeps their bits too). */
+const bf16ToF32: CastKernel = (src, dst, count) => {
+  const halves = new Uint16Array(src.buffer, src.byteOffset, count);
+  const out = new Int32Array(dst.buffer, dst.byteOffset, count);
+  for (let i = 0; i < count; i++) out[i] = halves[i]! << 16;
+  return -1;
+};
+
+const f64ToF32: CastKernel = (src, dst, count) => {
+  const values = new Float64Array(src.buffer, src.byteOffset, count);
+  const words = new Uint32Array(src.buffer, src.byteOffset, count * 2);
+  const out = new Float32Array(dst.buffer, dst.byteOffset, count);
+  const outBits = new Uint32Array(dst.buffer, dst.byteOffset, count);
+  for (let i = 0; i < count; i++) {
+    const x = values[i]!;
+    if (x === x) {
+      // Rounds to nearest even (the store is `cvtsd2ss`); ±inf and values past float32 give ±inf.
+      out[i] = x;
+    } else {
+      // A NaN's bits are made by hand: engines need not keep a NaN's payload through a number.
+      const hi = words[2 * i + 1]!;
+      outBits[i] = (hi & 0x80000000) | 0x7fc00000 | ((hi & 0xfffff) << 3) | (words[2 * i]! >>> 29);
+    }
+  }
+  return -1;
+};
+
+const f32ToF64: CastKernel = (src, dst, count) => {
+  const values = new Float32Array(src.buffer, src.byteOffset, count);
+  const bits = new Uint32Array(src.buffer, src.byteOffset, count);
+  const out = new Float64Array(dst.buffer, dst.byteOffset, count);
+  const outWords = new Uint32Array(dst.buffer, dst.byteOffset, count * 2);
+  for (let i = 0; i < count; i++) {
+    const x = values[i]!;
+    if (x === x) out[i] = x;
+    else f32ToF64Words(bits[i]!, outWords, 2 * i);
+  }
+  return -1;
+};
+
+/**
+ * c10's `round_to_nearest_even`: add 0x7FFF plus the lowest kept bit, keep the top half. Int32
+ * lanes keep every step in 32-bit integer arithmetic; the sum cannot wrap: the largest non-NaN
+ * magnitude, inf (0x7F800000), plus 0x8000 is below 2^31, and a set sign bit carries out.
+ */
+const f32ToBf16: CastKernel = (src, dst, count) => {
+  const bits = new Int32Array(src.buffer, src.byteOffset, count);
+  const out = new Uint16Array(dst.buffer, dst.byteOffset, count);
+  let i = 0;
+  if (LITTLE_ENDIAN) {
+    // Two results per 32-bit store (a third faster than one per 16-bit store), from an aligned start.
+    if ((dst.byteOffset & 3) !== 0 && count > 0) i = f32ToBf16Each(bits, out, 0, 1);
+    const pairs = new Int32Array(dst.buffer, dst.byteOffset + 2 * i, (count - i) >>> 1);
+    for (let j = 0; j < pairs.length; j++, i += 2) {
+      const u = bits[i]!;
+      const v = bits[i + 1]!;
+      if ((u & 0x7fffffff) > 0x7f800000 || (v & 0x7fffffff) > 0x7f800000) {
+        f32ToBf16Each(bits, out, i, i + 2);
+      } else {
+        pairs[j] = (((u + 0x7fff + ((u >>> 16) & 1)) | 0) >>> 16) | ((v + 0x7fff + ((v >>> 16) & 1)) & 0xffff0000);
+      }
+    }
+  }
+  f32ToBf16Each(bits, out, i, count);
+  return -1;
+};
+
+/** {@link f32ToBf16} one element at a time, `[from, to)`; NaNs give 0x7FC0. Returns `to`. */
+function f32ToBf16Each(bits: Int32Array, out: Uint16Array, from: number, to: number): number {
+  for (let i = from; i < to; i++) {
+    const u = bits[i]!;
+    out[i] = (u & 0x7fffffff) > 0x7f800000 ? 0x7fc0 : ((u + 0x7fff + ((u >>> 16) & 1)) | 0) >>> 16;
+  }
+  return to;
+}
+
+function f32ToF16Kernel(): CastKernel {
+  const encode = encoderFor("F16");
+  return (src, dst, count) => {
+    const bits = new Int32Array(src.buffer, src.byteOffset, count);
+    const out = new Uint16Array(dst.buffer, dst.byteOffset, count);
+    for (let i = 0; i < count; i++) {
+      const u = bits[i]!;
+      const a = u & 0x7fffffff;
+      // Normal F16 results (2^-14 ≤ |x| < 65520) inline; the rest (subnormal, overflow, NaN) by the encoder.
+      if (a >= 0x38800000 && a < 0x477ff000) {
+        const r = a - 0x38000000;
+        out[i] = ((u >>> 16) & 0x8000) | ((r + 0xfff + ((r >>> 13) & 1)) >>> 13);
+      } else {
+        out[i] = encode(u);
+      }
+    }
+    return -1;
+  };
+}
+
+function f32ToByteKernel(table: Uint8Array): CastKernel {
+  return (src, dst, count) => {
+    const bits = new Uint32Array(src.buffer, src.byteOffset, count);
+    for (let i = 0; i < count; i++) {
+      const u = bits[i]!;
+      dst[i] = table[((u >>> 16) << 1) | ((u & 0xffff) === 0 ? 0 : 1)]!;
+    }
+    return -1;
+  };
+}
+
+function tableKernel(table: Table, width: number, wide: boolean): CastKernel {
+  return (src, dst, count) => {
+    const patterns = width === 2 ? new Uint16Array(src.buffer, src.byteOffset, count) : src.subarray(0, count);
+    if (wide) {
+      const out = new Uint32Array(dst.buffer, dst.byteOffset, count * 2);
+      for (let i = 0; i < count; i++) {
+        const x = 2 * patterns[i]!;
+        out[2 * i] = table[x]!;
+        out[2 * i + 1] = table[x + 1]!;
+      }
+      return -1;
+    }
+    const out =
+      table instanceof Uint32Array
+        ? new Uint32Array(dst.buffer, dst.byteOffset, count)
+        : table instanceof Uint16Array
+          ? new Uint16Array(dst.buffer, dst.byteOffset, count)
+          : dst;
+    for (let i = 0; i < count; i++) out[i] = table[patterns[i]!]!;
+    return -1;
+  };
+}
+
+// ----------------------------------------------------------------------------------- integers
+
+/** The smallest and largest value of each integer dtype (exact as numbers: used only with values below 2^53). */
+export const INTEGER_RANGES: Readonly<Record<IntegerDtype, readonly [bigint, bigint]>> = {
+  BOOL: [0n, 1n],
+  U8: [0n, 255n],
+  I8: [-128n, 127n],
+  U16: [0n, 65535n],
+  I16: [-32768n, 32767n],
+  U32: [0n, 4294967295n],
+  I32: [-2147483648n, 2147483647n],
+  U64: [0n, 18446744073709551615n],
+  I64: [-9223372036854775808n, 9223372036854775807n],
+};
+
+type IntArray = Uint8Array | Int8Array | Uint16Array | Int16Array | Uint32Array | Int32Array;
+
+function narrowView(dtype: IntegerDtype, bytes: Uint8Array, count: number): IntArray {
+  const { buffer, byteOffset } = bytes;
+  switch (dtype) {
+    case "I8":
+      return new Int8Array(buffer, byteOffset, count);
+    case "U16":
+      return new Uint16Array(buffer, byteOffset, count);
+    case "I16":
+      return new Int16Array(buffer, byteOffset, count);
+    case "U32":
+      return new Uint32Array(buffer, byteOffset, count);
+    case "I32":
+      return new Int32Array(buffer, byteOffset, count);
+    default:
+      return bytes.subarray(0, count);
+  }
+}
+
+function integerKernel(from: IntegerDtype, to: IntegerDtype): CastKernel {
+  const [lo, hi] = INTEGER_RANGES[to];
+  // Bounds as numbers for sources below 64 bits (whose values are exact numbers); a 64-bit
+  // target holds every value of a narrower source of the same signedness.
+  const min = WIDTH[to] === 8 ? (to === "U64" ? 0 : Number.NEGATIVE_INFINITY) : Number(lo);
+  const max = WIDTH[to] === 8 ? Number.POSITIVE_INFINITY : Number(hi);
+  const wideOut = WIDTH[to] === 8;
+  if (WIDTH[from] < 8) {
+    const sourceMax = from === "BOOL" ? 1 : Number.POSITIVE_INFINITY;
+    return (src, dst, count) => {
+      const values = narrowView(from, src, count);
+      if (wideOut) {
+        const words = new Int32Array(dst.buffer, dst.byteOffset, count * 2);
+        for (let i = 0; i < count; i++) {
+          const v = values[i]!;
+          if (v < min || v > sourceMax) return i;
+          words[2 * i] = v;
+          words[2 * i + 1] = v < 0 ? -1 : 0;
+        }
+        return -1;
+      }
+      const out = narrowView(to, dst, count);
+      for (let i = 0; i < count; i++) {
+        const v = values[i]!;
+        if (v < min || v > max || v > sourceMax) return i;
+        out[i] = v;
+      }
+      return -1;
+    };
+  }
+  const signed = from === "I64";
+  return (src, dst, count) => {
+    const words = new Int32Array(src.buffer, src.byteOffset, count * 2);
+    if (wideOut) {
+      // I64 ↔ U64: the top bit must be clear either way.
+      const out = new Int32Array(dst.buffer, dst.byteOffset, count * 2);
+      for (let i = 0; i < count; i++) {
+        const high = words[2 * i + 1]!;
+        if (high < 0) return i;
+        out[2 * i] = words[2 * i]!;
+        out[2 * i + 1] = high;
+      }
+      return -1;
+    }
+    const out = narrowView(to, dst, count);
+    for (let i = 0; i < count; i++) {
+      const low = words[2 * i]!;
+      const high = words[2 * i + 1]!;
+      // The value as a number when it is within 32 bits (either sign), else out of every narrow range.
+      let v: number;
+      if (high === 0) v = low >>> 0;
+      else if (signed && high === -1 && low < 0) v = low;
+      else return i;
+      if (v < min || v > max) return i;
+      out[i] = v;
+    }
+    return -1;
+  };
+}
