@@ -37,6 +37,13 @@ export const SELECTION_OPTIONS: OptionTable = {
   filter: { type: "string", multiple: true, valueName: "REGEX", description: "keep only tensors whose name matches (repeatable: any of them)" },
   exclude: { type: "string", multiple: true, valueName: "REGEX", description: "drop tensors whose name matches (repeatable)" },
   rename: { type: "string", multiple: true, valueName: "FROM=TO", description: "rename tensors: FROM is a regular expression, TO may use $1 (repeatable)" },
+  cast: {
+    type: "string",
+    multiple: true,
+    valueName: "RULE",
+    description: "cast dtypes as torch's .to() does: F32=BF16, BF16 (every float), NAME_REGEX:FROM=TO (repeatable; the last that applies decides)",
+  },
+  "no-record": { type: "boolean", description: "do not record the casts in the metadata (st_convert.cast)" },
 };
 
 /** Options of the commands that write. */

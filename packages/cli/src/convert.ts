@@ -17,6 +17,7 @@ import {
 } from "@st-convert/core";
 import { createFileSink, createScratchFile, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
+import { isRemoteInput, openRemoteInput, remoteSibling } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { groupDigits } from "./text.js";
 import { type TransformOptions, compileTransforms, selects, transformTensors } from "./transforms.js";
@@ -245,8 +246,9 @@ export async function inspect(input: string | ByteSource, options: InspectOption
 type Closeable = ByteSource & { close(): Promise<void> };
 
 /**
- * Opens the input for `use` (a path, or a source the caller owns), with a way to open files named
- * relative to it (an index's shards); closes what it opened when `use` is done, on every path.
+ * Opens the input for `use` (a path, a URL — `http(s)://` or `hf://`, see remoteInput.ts — or a
+ * source the caller owns), with a way to open files named relative to it (an index's shards: by
+ * URL beside a URL); closes what it opened when `use` is done, on every path.
  */
 async function withSource<T>(
   input: string | ByteSource,
@@ -258,14 +260,14 @@ async function withSource<T>(
     if (typeof input !== "string") {
       throw new StConvertError("InvalidArgument", `cannot open ${JSON.stringify(sibling)} beside an input that is not a file`, { file: name });
     }
-    const file = await openFileSource(join(dirname(input), sibling));
+    const file = isRemoteInput(input) ? await openRemoteInput(remoteSibling(input, sibling)) : await openFileSource(join(dirname(input), sibling));
     opened.push(file);
     return file;
   };
   try {
     let source: ByteSource;
     if (typeof input === "string") {
-      const file = await openFileSource(input);
+      const file = isRemoteInput(input) ? await openRemoteInput(input) : await openFileSource(input);
       opened.push(file);
       source = file;
     } else {

@@ -9,7 +9,7 @@ import { commonConvertOptions } from "./sharedOptions.js";
 import { STDIN_NAME } from "./stdio.js";
 import { groupDigits, plural } from "./text.js";
 
-const OPTIONS = { from: SELECTION_OPTIONS.from!, filter: SELECTION_OPTIONS.filter!, exclude: SELECTION_OPTIONS.exclude! };
+const OPTIONS = { from: SELECTION_OPTIONS.from!, filter: SELECTION_OPTIONS.filter!, exclude: SELECTION_OPTIONS.exclude!, cast: SELECTION_OPTIONS.cast! };
 
 export const infoCommand: Command = {
   name: "info",
@@ -39,8 +39,8 @@ Exit status: 0 on success, 1 when the file is refused, 2 on a usage error.
     report.input = { file: file === "-" ? STDIN_NAME : file, format: null };
     const stdin = file === "-" ? await openStdin(context) : undefined;
     try {
-      const { formatOptions, from, formats, onWarning, filter, exclude } = commonConvertOptions(values, context);
-      const found = await inspect(stdin ?? file, { formatOptions, from, formats, onWarning, filter, exclude });
+      const { formatOptions, from, formats, onWarning, filter, exclude, cast } = commonConvertOptions(values, context);
+      const found = await inspect(stdin ?? file, { formatOptions, from, formats, onWarning, filter, exclude, cast, recordCast: false });
       fillInfoReport(report, report.input.file, found);
       report.ok = true;
       if (context.json) printReport(context);

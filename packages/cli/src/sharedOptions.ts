@@ -2,6 +2,7 @@
 import { type ParsedValues, listValue, pickFormatOptions, stringValue } from "./cliOptions.js";
 import type { CommandContext } from "./command.js";
 import type { ConvertOptions } from "./convert.js";
+import { parseCastRule } from "@st-convert/core";
 import { parseMetadataEntries, parsePattern, parseRenameRule } from "./transforms.js";
 
 /** `from`, the transforms, the formats' options and the warning listener. */
@@ -15,5 +16,7 @@ export function commonConvertOptions(values: ParsedValues, context: CommandConte
     rename: listValue(values, "rename").map(parseRenameRule),
     filter: listValue(values, "filter").map((p) => parsePattern(p, "--filter")),
     exclude: listValue(values, "exclude").map((p) => parsePattern(p, "--exclude")),
+    cast: listValue(values, "cast").map(parseCastRule),
+    recordCast: values["no-record"] !== true,
   };
 }

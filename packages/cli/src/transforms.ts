@@ -2,7 +2,22 @@
  * Cheap rewrites between a reader and a writer: keep or drop tensors by name, rename them, add or
  * override metadata. They change infos only; tensor bytes stream through untouched.
  */
-import { type Metadata, StConvertError, type TensorEntry, type TensorSource, createMetadata, quoteName } from "@st-convert/core";
+import {
+  type CastRule,
+  type Metadata,
+  StConvertError,
+  type TensorEntry,
+  type TensorSource,
+  castTarget,
+  castTensor,
+  createMetadata,
+  formatCastRules,
+  parseCastRule,
+  quoteName,
+} from "@st-convert/core";
+
+/** The metadata key that records the casts a conversion made (unless `recordCast` is false). */
+export const CAST_METADATA_KEY = "st_convert.cast";
 
 /**
  * A rename rule: every match of `pattern` in a name is replaced by `replacement` (`$1` refers to
@@ -23,6 +38,13 @@ export interface TransformOptions {
   rename?: readonly RenameRule[];
   /** Metadata entries added to (or replacing those of) the input's metadata. */
   metadata?: Metadata;
+  /**
+   * Dtype casts, as `--cast` spells them (`F32=BF16`, `BF16`, `norm:F32=F32`) or parsed; matched
+   * against the names as read (before `rename`), the last applicable rule deciding.
+   */
+  cast?: readonly (string | CastRule)[];
+  /** Record the casts made in the metadata (`"st_convert.cast": "F32=BF16"`). Default true. */
+  recordCast?: boolean;
 }
 
 /** {@link TransformOptions} checked and compiled once, for use on every tensor. */
@@ -32,6 +54,8 @@ export interface CompiledTransforms {
   /** Global copies: String#replace needs the g flag to replace every match. */
   readonly rename: readonly { pattern: RegExp; replacement: string }[];
   readonly metadata: Metadata | undefined;
+  readonly cast: readonly CastRule[];
+  readonly recordCast: boolean;
 }
 
 /**
@@ -57,9 +81,17 @@ export function compileTransforms(options: TransformOptions): CompiledTransforms
       return { pattern: globalCopy(toRegExp(rule.pattern, "rename")), replacement: rule.replacement };
     }),
     metadata: options.metadata,
+    cast: castRules(options.cast),
+    recordCast: options.recordCast ?? true,
   };
   compiled.add(result);
   return result;
+}
+
+function castRules(rules: unknown): CastRule[] {
+  if (rules === undefined) return [];
+  if (!Array.isArray(rules)) throw new StConvertError("InvalidOption", 'cast must be a list of rules such as "F32=BF16"');
+  return rules.map((rule) => (typeof rule === "string" ? parseCastRule(rule) : (rule as CastRule)));
 }
 
 function toRegExp(pattern: unknown, option: string): RegExp {
@@ -77,7 +109,11 @@ export function selects(transforms: CompiledTransforms, name: string): boolean {
 /** True when no option would change anything. */
 function isIdentity(transforms: CompiledTransforms): boolean {
   return (
-    transforms.filter.length === 0 && transforms.exclude.length === 0 && transforms.rename.length === 0 && Object.keys(transforms.metadata ?? {}).length === 0
+    transforms.filter.length === 0 &&
+    transforms.exclude.length === 0 &&
+    transforms.rename.length === 0 &&
+    transforms.cast.length === 0 &&
+    Object.keys(transforms.metadata ?? {}).length === 0
   );
 }
 
@@ -91,8 +127,12 @@ export function transformTensors(source: TensorSource, options: TransformOptions
   if (isIdentity(transforms)) return source;
   const renamedFrom = new Map<string, string>();
   const tensors: TensorEntry[] = [];
-  for (const entry of source.tensors) {
-    if (!selects(transforms, entry.name)) continue;
+  let casts = 0;
+  for (const read of source.tensors) {
+    if (!selects(transforms, read.name)) continue;
+    const to = transforms.cast.length === 0 ? undefined : castTarget(transforms.cast, read.name, read.dtype);
+    const entry = to === undefined ? read : castTensor(read, to);
+    if (to !== undefined) casts++;
     const name = transforms.rename.reduce((n, rule) => n.replace(rule.pattern, rule.replacement), entry.name);
     const clash = renamedFrom.get(name);
     if (clash !== undefined) {
@@ -103,8 +143,9 @@ export function transformTensors(source: TensorSource, options: TransformOptions
     renamedFrom.set(name, entry.name);
     tensors.push(name === entry.name ? entry : renamed(entry, name));
   }
-  const extra = transforms.metadata ?? {};
-  const metadata = Object.keys(extra).length === 0 ? source.metadata : createMetadata([...Object.entries(source.metadata ?? {}), ...Object.entries(extra)]);
+  const extra: [string, string][] = Object.entries(transforms.metadata ?? {});
+  if (casts > 0 && transforms.recordCast) extra.push([CAST_METADATA_KEY, formatCastRules(transforms.cast)]);
+  const metadata = extra.length === 0 ? source.metadata : createMetadata([...Object.entries(source.metadata ?? {}), ...extra]);
   return { metadata, tensors };
 }
 
