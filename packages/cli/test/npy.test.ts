@@ -182,6 +182,38 @@ describe("refusals: exit 1, one line naming file, tensor and rule", () => {
     expect(line).toMatch(/tensor "[^"]+"/);
   });
 
+  it("a file that is both an .npy and a zip archive is refused, named .npz or .npy", () => {
+    const polyglot = Buffer.concat([readFileSync(npy("dtype_f32.npy")), readFileSync(npy("npz_c_order.npz"))]);
+    for (const name of ["poly.npz", "poly.npy"]) {
+      const input = join(dir, name);
+      writeFileSync(input, polyglot);
+      expect(oneLineRefusal(["info", input], "AmbiguousFormat")).toContain(input);
+      oneLineRefusal([input, join(dir, "out.safetensors")], "AmbiguousFormat");
+    }
+    expect(readdirSync(dir).sort()).toEqual(["poly.npy", "poly.npz"]);
+  });
+
+  it("an archive with no array (a PyTorch checkpoint given --from npz) fails and says why, leaving nothing", () => {
+    const torch = readdirSync(fixturePath("torch")).find((f) =>
+      readFileSync(fixturePath("torch", f)).subarray(0, 4).equals(Buffer.from("PK\x03\x04", "latin1")),
+    );
+    expect(torch, "a zip checkpoint among fixtures/torch").toBeDefined();
+    const out = join(dir, "out.safetensors");
+    const line = oneLineRefusal(["--from", "npz", fixturePath("torch", torch!), out], "NoArrays");
+    expect(line).toMatch(/PyTorch checkpoint/);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("a flipped byte in a member's npy magic is a bad CRC, not a member skipped with a warning", () => {
+    const corrupted = Buffer.from(readFileSync(npy("npz_c_order.npz")));
+    corrupted[30 + "w.npy".length + 20 + 1]! ^= 0x01;
+    const input = join(dir, "bad.npz");
+    writeFileSync(input, corrupted);
+    expect(oneLineRefusal(["info", input], "BadCrc")).toContain('tensor "w"');
+    oneLineRefusal([input, join(dir, "out.safetensors")], "BadCrc");
+    expect(readdirSync(dir)).toEqual(["bad.npz"]);
+  });
+
   it("a corrupted member is refused when converted (bad CRC), and no output is left", () => {
     const bytes = readFileSync(npy("npz_c_order.npz"));
     // Flip a byte of the first member's array data (its header ends 128 bytes after the member's start).

@@ -19,6 +19,13 @@ export interface Codec {
    * @throws StConvertError `BadZipFile` when the stream is invalid or ends early.
    */
   inflateRaw(input: AsyncIterable<Uint8Array>, options?: InflateOptions): AsyncGenerator<Uint8Array>;
+  /**
+   * Inflates a whole raw DEFLATE stream at once, for small members held in memory: the output, or
+   * undefined as soon as it passes `maxOutput` bytes (so a bomb costs at most about that much).
+   * Optional: absent, callers use {@link inflateRaw}.
+   * @throws StConvertError `BadZipFile` when the stream is invalid or ends early.
+   */
+  inflateRawSync?(input: Uint8Array, maxOutput: number): Uint8Array | undefined;
   /** Deflates to a raw DEFLATE stream at zlib `level` (6 is zlib's default, what `np.savez_compressed` uses). */
   deflateRaw(input: AsyncIterable<Uint8Array>, level: number): AsyncGenerator<Uint8Array>;
 }
@@ -61,9 +68,8 @@ async function importNodeZlib(): Promise<typeof NodeZlib | undefined> {
   const versions = (globalThis as { process?: { versions?: { node?: string } } }).process?.versions;
   if (versions?.node === undefined) return undefined;
   try {
-    // A variable specifier keeps browser bundlers from trying to resolve the module.
-    const specifier = "node:zlib";
-    return (await import(/* @vite-ignore */ specifier)) as typeof NodeZlib;
+    // Not import(): bundlers keep an import of a node: module in a browser bundle, even through a constant (rolldown folds it into a literal).
+    return (globalThis as { process?: { getBuiltinModule?(id: string): unknown } }).process?.getBuiltinModule?.("node:zlib") as typeof NodeZlib | undefined;
   } catch {
     return undefined;
   }
@@ -77,6 +83,18 @@ function makeNodeCodec(zlib: typeof NodeZlib): Codec {
     name: "node:zlib",
     crc32,
     inflateRaw: (input, options = {}) => throughNodeStream(zlib.createInflateRaw({ chunkSize: options.chunkSize ?? ZLIB_CHUNK }), input),
+    inflateRawSync(input, maxOutput) {
+      if (input.byteLength === 0) throw new StConvertError("BadZipFile", "invalid DEFLATE data: unexpected end of file (no data)");
+      try {
+        // One byte past the limit tells an exact fit from a bomb.
+        const out = zlib.inflateRawSync(input, { maxOutputLength: maxOutput + 1 });
+        // A plain Uint8Array (slice() copies), over the Buffer's memory.
+        return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
+      } catch (error) {
+        if ((error as { code?: string }).code === "ERR_BUFFER_TOO_LARGE") return undefined;
+        throw new StConvertError("BadZipFile", `invalid DEFLATE data: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+      }
+    },
     deflateRaw: (input, level) => throughNodeStream(zlib.createDeflateRaw({ chunkSize: ZLIB_CHUNK, level, memLevel: 8, windowBits: 15 }), input),
   };
 }
@@ -154,6 +172,38 @@ function makeFflateCodec(Deflate: typeof import("fflate").Deflate, Inflate: type
       if (!ended && !started) throw new StConvertError("BadZipFile", "invalid DEFLATE data: unexpected end of file (no data)");
       if (!ended) push(new Uint8Array(0), true);
       while (out.length > 0) yield out.shift()!;
+    },
+    inflateRawSync(input, maxOutput) {
+      const out: Uint8Array[] = [];
+      let total = 0;
+      let ended = false;
+      const inflater = new Inflate((chunk, final) => {
+        if (chunk.byteLength > 0) out.push(chunk);
+        total += chunk.byteLength;
+        if (final) ended = true;
+      });
+      const push = (piece: Uint8Array, final: boolean) => {
+        try {
+          inflater.push(piece, final);
+        } catch (error) {
+          throw new StConvertError("BadZipFile", `invalid DEFLATE data: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+        }
+      };
+      if (input.byteLength === 0) throw new StConvertError("BadZipFile", "invalid DEFLATE data: unexpected end of file (no data)");
+      // Pieces of FFLATE_PIECE bound each call's output, so a bomb is stopped soon after maxOutput.
+      for (let at = 0; at < input.byteLength && !ended; at += FFLATE_PIECE) {
+        push(input.subarray(at, at + FFLATE_PIECE), false);
+        if (total > maxOutput) return undefined;
+      }
+      if (!ended) push(new Uint8Array(0), true);
+      if (total > maxOutput) return undefined;
+      const all = new Uint8Array(total);
+      let at = 0;
+      for (const chunk of out) {
+        all.set(chunk, at);
+        at += chunk.byteLength;
+      }
+      return all;
     },
     async *deflateRaw(input, level) {
       const out: Uint8Array[] = [];

@@ -8,83 +8,19 @@
  * float8_e5m2 as `<f1`, which `np.load` cannot read at all (formats.md §2.4).
  */
 import { type Dtype, DTYPES, StConvertError, dtypeFromNumpyName, dtypeInfo, isDtype } from "@st-convert/core";
+import { type NumpyDtype, numpyTupleDtype, parseNumpyDtype } from "./parseNumpyDtype.js";
+import type { PyValue } from "./parsePythonLiteral.js";
 
 /** A descr as st-convert reads it. */
 export type ParsedDescr =
   /** A dtype with a safetensors equivalent; `swapUnit` > 1 when the bytes are big-endian and must be swapped in units of that many bytes. */
-  | { readonly kind: "dtype"; readonly dtype: Dtype; readonly itemSize: number; readonly swapUnit: number }
+  | { readonly kind: "dtype"; readonly dtype: Dtype; readonly itemSize: number; readonly swapUnit: number; readonly subarray?: readonly number[] }
   /** Raw void of `itemSize` bytes per element: what it holds must be declared. */
-  | { readonly kind: "void"; readonly itemSize: number; readonly swapUnit: 1 | -1 };
+  | { readonly kind: "void"; readonly itemSize: number; readonly swapUnit: 1 | -1; readonly subarray?: readonly number[] };
 
-const KIND_SIZES: Readonly<Record<string, Readonly<Record<number, Dtype>>>> = {
-  b: { 1: "BOOL" },
-  i: { 1: "I8", 2: "I16", 4: "I32", 8: "I64" },
-  u: { 1: "U8", 2: "U16", 4: "U32", 8: "U64" },
-  // `<f1` is how ml_dtypes writes float8_e5m2 (its char code is 'f'); numpy cannot load it, but
-  // the file does say what it holds.
-  f: { 1: "F8_E5M2", 2: "F16", 4: "F32", 8: "F64" },
-  c: { 8: "C64" },
-};
-
-/**
- * numpy's one-character type codes (`np.dtype('f')`). `l`/`L` and `p`/`P` are 8 bytes, as numpy
- * reads them on 64-bit Linux and macOS.
- */
-const TYPE_CODES: Readonly<Record<string, Dtype>> = {
-  "?": "BOOL",
-  b: "I8",
-  B: "U8",
-  h: "I16",
-  H: "U16",
-  i: "I32",
-  I: "U32",
-  l: "I64",
-  L: "U64",
-  q: "I64",
-  Q: "U64",
-  p: "I64",
-  P: "U64",
-  e: "F16",
-  f: "F32",
-  d: "F64",
-  F: "C64",
-};
-
-/** Kinds and type codes numpy knows that safetensors cannot hold, by what a user would call them. */
-const UNSUPPORTED_STRINGS_AND_OBJECTS: Readonly<Record<string, string>> = {
-  S: "bytes strings (S)",
-  U: "unicode strings (U)",
-  O: "Python objects (O), stored as a pickle that st-convert never unpickles",
-  M: "datetime64 (M)",
-  m: "timedelta64 (m)",
-};
-
-/** Kinds of a typestr (`<U8`) that safetensors cannot hold. */
-const UNSUPPORTED_KINDS: Readonly<Record<string, string>> = { ...UNSUPPORTED_STRINGS_AND_OBJECTS, a: "bytes strings (S)" };
-
-/** One-character type codes (`D`) that safetensors cannot hold. */
-const UNSUPPORTED_CODES: Readonly<Record<string, string>> = {
-  ...UNSUPPORTED_STRINGS_AND_OBJECTS,
-  D: "complex128",
-  G: "complex256 (long double complex)",
-  g: "longdouble",
-  V: "void",
-};
-
-const UNSUPPORTED_NAMES = new Set([
-  "complex128",
-  "complex256",
-  "clongdouble",
-  "float128",
-  "longdouble",
-  "float96",
-  "object",
-  "str",
-  "bytes",
-  "datetime64",
-  "timedelta64",
-  "void",
-]);
+// `subarray`: the shape each element of a subarray dtype holds (`'(2,3)<f4'`, `'1f4'`,
+// `('<f4', (1,))`), outermost first; numpy reads such an npy only when it holds one element per
+// item, or no item at all (see openNpyArray). `itemSize` is then the base type's.
 
 function unsupported(what: string, descr: string): never {
   throw new StConvertError("UnsupportedDtype", `dtype ${quoteDescr(descr)} (${what}) has no safetensors equivalent`);
@@ -95,47 +31,96 @@ function quoteDescr(descr: string): string {
 }
 
 /**
- * What a descr string holds. Accepts what numpy writes (`<f4`, `>i8`, `|b1`, `<V2`), the other
- * byte-order characters numpy reads (`=` and none: native, taken as little-endian; `|` on a
- * multi-byte type), one-character type codes (`f`, `d`, `?`) and dtype names (`float32`,
- * `bfloat16`).
+ * What a descr string holds, read as `np.load` reads it (`np.dtype(descr)`, see
+ * `parseNumpyDtype`): what numpy writes (`<f4`, `>i8`, `|b1`, `<V2`), any byte order (`=`, `|`
+ * and none are native, little-endian), type codes (`f`, `d`, `?`), kinds and sizes in C `strtol`
+ * spelling (`f 4`, `f08`), type names (`float`, `double`, `long`, `bool_`; ml_dtypes' `bfloat16`),
+ * and comma strings (`()f4`; `1f4` is a subarray of one float32 per item). numpy's names for C
+ * types follow Linux x86-64: `long`, `int`, `intp`, `l`, `p` are int64. ml_dtypes' `<f1`
+ * (float8_e5m2, which np.load cannot read) is read as F8_E5M2.
  * @throws StConvertError `UnsupportedDtype` for dtypes numpy knows and safetensors cannot hold
- *   (complex128, longdouble, strings, bytes, objects, datetimes), `InvalidDescr` for the rest.
+ *   (complex128, longdouble, strings, bytes, objects, datetimes, structured dtypes, void of 0
+ *   bytes, ml_dtypes' other types), `InvalidDescr` for the strings numpy refuses.
  */
 export function parseDescr(descr: string): ParsedDescr {
-  const typestr = /^([<>|=]?)([a-zA-Z])(\d+)(\[\w+\])?$/.exec(descr);
-  if (typestr !== null) {
-    const [, order, kind, digits] = typestr as unknown as [string, string, string, string];
-    const size = Number(digits);
-    const bigEndian = order === ">";
-    if (kind === "V") {
-      if (size === 0) unsupported("void of 0 bytes", descr);
-      return { kind: "void", itemSize: size, swapUnit: bigEndian ? -1 : 1 };
-    }
-    const known = KIND_SIZES[kind]?.[size];
-    if (known !== undefined && typestr[4] === undefined) return dtypeResult(known, bigEndian);
-    if (kind in UNSUPPORTED_KINDS) unsupported(UNSUPPORTED_KINDS[kind]!, descr);
-    if (kind === "c" && (size === 16 || size === 32 || size === 24)) unsupported(size === 16 ? "complex128" : "long double complex", descr);
-    if (kind === "f" && (size === 16 || size === 12)) unsupported("longdouble", descr);
-    throw new StConvertError("InvalidDescr", `descr is not a valid dtype descriptor: ${quoteDescr(descr)}`);
+  let parsed = parsedDescrs.get(descr);
+  if (parsed === undefined) {
+    parsed = describeDtype(parseNumpyDtype(descr), descr);
+    if (parsedDescrs.size >= MAX_PARSED_DESCRS) parsedDescrs.clear();
+    parsedDescrs.set(descr, parsed);
   }
-  const code = /^([<>|=]?)([?a-zA-Z])$/.exec(descr);
-  if (code !== null) {
-    const known = TYPE_CODES[code[2]!];
-    if (known !== undefined) return dtypeResult(known, code[1] === ">");
-    if (code[2]! in UNSUPPORTED_CODES) unsupported(UNSUPPORTED_CODES[code[2]!]!, descr);
-  }
-  const named = dtypeFromNumpyName(descr);
-  if (named !== undefined) return dtypeResult(named.code, false);
-  if (UNSUPPORTED_NAMES.has(descr) || /^(datetime64|timedelta64)\[\w+\]$/.test(descr)) unsupported(descr, descr);
-  throw new StConvertError("InvalidDescr", `descr is not a valid dtype descriptor: ${quoteDescr(descr)}`);
+  return parsed;
 }
 
-function dtypeResult(dtype: Dtype, bigEndian: boolean): ParsedDescr {
-  const itemSize = dtypeInfo(dtype).bits / 8;
-  // complex64 is two float32s: each swaps on its own.
-  const unit = dtype === "C64" ? 4 : itemSize;
-  return { kind: "dtype", dtype, itemSize, swapUnit: bigEndian && unit > 1 ? unit : 1 };
+/**
+ * Descrs already parsed (results are immutable): an archive's members share a handful, and
+ * 50,000 of them would otherwise parse the same string 50,000 times. Refusals are not kept.
+ */
+const parsedDescrs = new Map<string, ParsedDescr>();
+/** Distinct descrs remembered before the memory is cleared: far more than any file uses, a bound on what one can make us keep. */
+const MAX_PARSED_DESCRS = 256;
+
+/**
+ * A `(base, shape)` tuple descr, read as numpy's `descr_to_dtype` reads it: `base` a descr string,
+ * a tuple or a list (structured), `shape` an int or a tuple or list of ints (or an item size for an
+ * unsized base: `('V', 2)` is `V2`). `shown` names it in messages.
+ * @throws StConvertError as {@link parseDescr}; `UnsupportedDtype` for a second item of another
+ *   kind (a `(base, dtype)` union), which st-convert does not read.
+ */
+export function parseTupleDescr(value: PyValue, shown: string): ParsedDescr {
+  return describeDtype(tupleDtype(value, shown, 0), shown);
+}
+
+/** Tuples nest at most this deep in a descr (the header literal itself stops at 200). */
+const MAX_DESCR_NESTING = 32;
+
+function tupleDtype(value: PyValue, shown: string, depth: number): NumpyDtype {
+  if (depth > MAX_DESCR_NESTING) unsupported("a tuple descr nested too deep", shown);
+  if (value.kind === "str") return parseNumpyDtype(value.value);
+  if (value.kind === "list") return { kind: "structured" };
+  if (value.kind !== "tuple") {
+    throw new StConvertError("InvalidDescr", `descr is not a valid dtype descriptor: ${quoteDescr(shown)}`);
+  }
+  // numpy.dtype((descr_to_dtype(descr[0]), descr[1])): items past the second are ignored.
+  if (value.items.length < 2)
+    throw new StConvertError("InvalidDescr", `descr is not a valid dtype descriptor: ${quoteDescr(shown)} (a tuple of fewer than 2 items)`);
+  const base = tupleDtype(value.items[0]!, shown, depth + 1);
+  const second = value.items[1]!;
+  const shape = second.kind === "list" && second.items.length > 0 ? { kind: "tuple" as const, items: second.items } : second;
+  if (shape.kind !== "int" && !(shape.kind === "tuple" && shape.items.every((d) => d.kind === "int"))) {
+    if (shape.kind === "str" || shape.kind === "list" || shape.kind === "dict") unsupported("a (base, dtype) tuple, which st-convert does not read", shown);
+    throw new StConvertError("InvalidDescr", `descr is not a valid dtype descriptor: ${quoteDescr(shown)} (invalid shape in fixed-type tuple)`);
+  }
+  try {
+    return numpyTupleDtype(base, shape);
+  } catch (error) {
+    throw new StConvertError(
+      "InvalidDescr",
+      `descr is not a valid dtype descriptor: ${quoteDescr(shown)} (${error instanceof Error ? error.message : String(error)})`,
+    );
+  }
+}
+
+function describeDtype(d: NumpyDtype, descr: string, subarray: readonly number[] = []): ParsedDescr {
+  const withSubarray = subarray.length === 0 ? {} : { subarray };
+  switch (d.kind) {
+    case "scalar": {
+      // complex64 is two float32s: each swaps on its own.
+      const unit = d.dtype === "C64" ? 4 : d.itemSize;
+      return { kind: "dtype", dtype: d.dtype, itemSize: d.itemSize, swapUnit: d.bigEndian && unit > 1 ? unit : 1, ...withSubarray };
+    }
+    case "void":
+      if (d.itemSize === 0) unsupported("void of 0 bytes", descr);
+      return { kind: "void", itemSize: d.itemSize, swapUnit: d.bigEndian ? -1 : 1, ...withSubarray };
+    case "string":
+      return unsupported(d.char === "S" ? "bytes strings (S)" : "unicode strings (U)", descr);
+    case "other":
+      return unsupported(d.what, descr);
+    case "structured":
+      return unsupported("a structured dtype", descr);
+    case "subarray":
+      return describeDtype(d.base, descr, [...subarray, ...d.shape]);
+  }
 }
 
 /**
@@ -156,6 +141,34 @@ export function descrOfDtype(dtype: Dtype): string {
   if (dtype === "BOOL") return "|b1";
   if (dtype === "C64") return "<c8";
   return `${prefix}${dtype[0] === "F" ? "f" : dtype[0] === "U" ? "u" : "i"}${size}`;
+}
+
+/** numpy's `NPY_MAX_INTP` on 64-bit platforms: the most bytes an array it makes may span. */
+const NUMPY_MAX_BYTES = 2n ** 63n - 1n;
+
+/**
+ * Whether numpy can make an array of this shape and item size: it multiplies the non-zero
+ * dimensions and the item size (at least 1) before any data is read, and refuses a product past
+ * 2^63 − 1 ("array is too big", "cannot reshape"), even for an empty array: (2^32, 2^32, 0) is
+ * not an array to numpy, nor [0, 2^32, 2^32] of bytes.
+ */
+export function numpyCanShape(shape: readonly (number | bigint)[], itemSize: number): boolean {
+  let bytes = BigInt(Math.max(itemSize, 1));
+  for (const dim of shape) if (BigInt(dim) !== 0n) bytes *= BigInt(dim);
+  return bytes <= NUMPY_MAX_BYTES;
+}
+
+/**
+ * Refuses, before anything is written, a tensor whose array `np.load` would refuse to make.
+ * @throws StConvertError `Unsupported`.
+ */
+export function checkNumpyShape(dtype: Dtype, shape: readonly number[]): void {
+  if (!numpyCanShape(shape, dtypeInfo(dtype).bits / 8)) {
+    throw new StConvertError(
+      "Unsupported",
+      `${dtype} [${shape.join(", ")}] cannot be written for numpy: np.load refuses an array whose non-zero dimensions and item size multiply past 2^63 - 1 ("array is too big"), empty or not`,
+    );
+  }
 }
 
 /** True when {@link descrOfDtype} writes raw void for this dtype, losing what it is to a plain `np.load`. */
@@ -238,9 +251,18 @@ function candidates(size: number): Dtype[] {
 /**
  * The dtype of a void member: the tensor's own declaration, else what the file records (the npz
  * archive comment), else a declaration for every tensor.
- * @throws StConvertError `UndeclaredVoidDtype` saying how to declare it.
+ * @throws StConvertError `UndeclaredVoidDtype` saying how to declare it; `InvalidMetadata` when the
+ *   recorded dtype's size is not the void's.
  */
 export function resolveVoid(descr: string, itemSize: number, tensor: string, declarations: DtypeDeclarations, recorded: Dtype | undefined): Dtype {
+  // A record that cannot describe these bytes makes the comment wrong, whoever else declares them.
+  if (recorded !== undefined && dtypeInfo(recorded).bits !== itemSize * 8) {
+    const bits = dtypeInfo(recorded).bits;
+    throw new StConvertError(
+      "InvalidMetadata",
+      `the archive comment records ${recorded} (${bits % 8 === 0 ? `${bits / 8} byte${bits === 8 ? "" : "s"}` : `${bits} bits`} per element) for a raw void array of ${itemSize} byte${itemSize === 1 ? "" : "s"} per element (${quoteDescr(descr)})`,
+    );
+  }
   const declared = declarations.byTensor.get(tensor)?.get(itemSize) ?? recorded ?? declarations.all.get(itemSize);
   if (declared !== undefined) return declared;
   const options = candidates(itemSize);

@@ -33,4 +33,8 @@ export type NpyErrorCode =
   /** Two members share bytes, or a member overlaps the central directory. */
   | "OverlappingMembers"
   /** A member inflates to more or fewer bytes than it declares, or a stored member's sizes differ. */
-  | "MemberSizeMismatch";
+  | "MemberSizeMismatch"
+  /** The file is valid as two formats (an `.npy` followed by a zip archive): np.load and zipfile would read different things. */
+  | "AmbiguousFormat"
+  /** An archive has members but none is an npy array (a PyTorch checkpoint, a plain zip): nothing to convert. */
+  | "NoArrays";

@@ -30,8 +30,13 @@ export type NpyVersion = readonly [1 | 2 | 3, 0];
 
 /** The three fields of an npy header, as the file states them. */
 export interface NpyHeader {
-  /** The dtype string (`'<f4'`, `'|b1'`, `'<V2'`…). Structured and subarray descrs are refused when parsed. */
+  /**
+   * The dtype string (`'<f4'`, `'|b1'`, `'<V2'`…), or for a `(base, shape)` tuple descr a Python
+   * rendering of it. Structured descrs (lists) are refused when parsed.
+   */
   readonly descr: string;
+  /** The descr as written when it is a `(base, shape)` tuple rather than a string (numpy never writes one). */
+  readonly descrTuple?: PyValue;
   /** True when the data is in Fortran (column-major) order. */
   readonly fortranOrder: boolean;
   /** Dimensions, outermost first; each fits in int64 and is not negative. */
@@ -57,14 +62,21 @@ const INT64_MAX = (1n << 63n) - 1n;
  * Stricter than numpy, which would fail later: a bool as a dimension, negative dimensions and
  * dimensions past int64 are refused here (`InvalidShape`).
  * @throws StConvertError `HeaderTooLarge`, `InvalidHeader`, `InvalidHeaderKeys`, `InvalidShape`,
- *   `InvalidFortranOrder`, `InvalidDescr`, `UnsupportedDtype` (structured and subarray descrs).
+ *   `InvalidFortranOrder`, `InvalidDescr`, `UnsupportedDtype` (structured descrs).
  */
 export function parseNpyHeader(text: string, version: NpyVersion = [1, 0], options: NpyHeaderOptions = {}): NpyHeader {
   const maxHeaderSize = options.maxHeaderSize ?? MAX_NPY_HEADER_SIZE;
-  // numpy counts Python characters, i.e. code points.
-  const length = countCodePoints(text);
+  const canonical = text.length <= maxHeaderSize ? CANONICAL.exec(text) : null;
+  // numpy counts Python characters, i.e. code points (a canonical header is ASCII: its length).
+  const length = canonical !== null ? text.length : countCodePoints(text);
   if (length > maxHeaderSize) {
     throw new StConvertError("HeaderTooLarge", `header is ${length} characters long, more than the limit of ${maxHeaderSize} (numpy's max_header_size)`);
+  }
+  if (canonical !== null) {
+    // What np.save writes (and st-convert): read without the general parser, to the same result.
+    const [, descr, fortranOrder, one, many] = canonical as unknown as [string, string, string, string | undefined, string | undefined];
+    const dims = one !== undefined ? [one] : many === undefined ? [] : many.split(", ");
+    return { descr, fortranOrder: fortranOrder === "True", shape: checkedShape(dims.map(BigInt), () => `(${dims.join(", ")}${dims.length === 1 ? "," : ""})`) };
   }
   let value: PyValue;
   try {
@@ -97,11 +109,10 @@ export function parseNpyHeader(text: string, version: NpyVersion = [1, 0], optio
   if (shapeValue.kind !== "tuple" || !shapeValue.items.every((d) => d.kind === "int")) {
     throw new StConvertError("InvalidShape", `shape is not valid: ${pyRepr(shapeValue)} is not a tuple of integers`);
   }
-  const shape = shapeValue.items.map((d) => (d as { value: bigint }).value);
-  for (const dim of shape) {
-    if (dim < 0n) throw new StConvertError("InvalidShape", `shape is not valid: negative dimensions are not allowed (${pyRepr(shapeValue)})`);
-    if (dim > INT64_MAX) throw new StConvertError("InvalidShape", `shape is not valid: dimension ${dim} does not fit in int64`);
-  }
+  const shape = checkedShape(
+    shapeValue.items.map((d) => (d as { value: bigint }).value),
+    () => pyRepr(shapeValue),
+  );
 
   const fortran = fields.get("fortran_order")!;
   if (fortran.kind !== "bool") throw new StConvertError("InvalidFortranOrder", `fortran_order is not a valid bool: ${pyRepr(fortran)}`);
@@ -110,11 +121,26 @@ export function parseNpyHeader(text: string, version: NpyVersion = [1, 0], optio
   if (descr.kind === "list") {
     throw new StConvertError("UnsupportedDtype", "the array has a structured dtype (a list of fields), which has no safetensors equivalent");
   }
-  if (descr.kind === "tuple") {
-    throw new StConvertError("UnsupportedDtype", "the array has a subarray dtype (a (base, shape) tuple), which st-convert does not read");
-  }
+  if (descr.kind === "tuple") return { descr: pyRepr(descr), descrTuple: descr, fortranOrder: fortran.value, shape };
   if (descr.kind !== "str") throw new StConvertError("InvalidDescr", `descr is not a valid dtype descriptor: ${pyRepr(descr)}`);
   return { descr: descr.value, fortranOrder: fortran.value, shape };
+}
+
+/**
+ * The header text `np.save` writes: the three keys in order, a descr of plain characters, decimal
+ * dimensions (a 1-tuple with its comma), then spaces and a newline. Anything else takes the
+ * general parser.
+ */
+const CANONICAL =
+  /^\{'descr': '([<>|=]?[A-Za-z][A-Za-z0-9]*)', 'fortran_order': (True|False), 'shape': \((?:(0|[1-9][0-9]*),|((?:0|[1-9][0-9]*)(?:, (?:0|[1-9][0-9]*))+))?\), \} *\n?$/;
+
+/** Dimensions as numpy accepts them, or the stricter refusals st-convert applies at once. */
+function checkedShape(shape: bigint[], shown: () => string): bigint[] {
+  for (const dim of shape) {
+    if (dim < 0n) throw new StConvertError("InvalidShape", `shape is not valid: negative dimensions are not allowed (${shown()})`);
+    if (dim > INT64_MAX) throw new StConvertError("InvalidShape", `shape is not valid: dimension ${dim} does not fit in int64`);
+  }
+  return shape;
 }
 
 /** Where an npy header ends, and what it says. */
@@ -126,6 +152,12 @@ export interface NpyPreamble {
 }
 
 /**
+ * Bytes asked for first: the magic, the length field and a header of up to this size in one read
+ * (numpy's own headers are 118 or 182 bytes); a longer header costs one more read.
+ */
+const FIRST_READ = 1024;
+
+/**
  * Reads and validates the magic, the version and the header of an npy file whose first bytes
  * `head(n)` returns (fewer than `n` when the file is shorter). At most
  * `12 + 4 × maxHeaderSize` bytes are requested, so a lying length field costs nothing.
@@ -133,27 +165,40 @@ export interface NpyPreamble {
  *   `InvalidHeader` (also: a version 3.0 header that is not UTF-8), and what {@link parseNpyHeader} throws.
  */
 export async function readNpyHeader(head: (length: number) => Promise<Uint8Array>, options: NpyHeaderOptions = {}): Promise<NpyPreamble> {
+  const first = await head(FIRST_READ);
+  const result = parseNpyPreamble(first, first.byteLength < FIRST_READ, options);
+  if (typeof result !== "number") return result;
+  const bytes = await head(result);
+  return parseNpyPreamble(bytes, true, options) as NpyPreamble;
+}
+
+/**
+ * {@link readNpyHeader} on bytes already read: the preamble, or the number of bytes it needs
+ * when `bytes` is a prefix that ends too early (`complete` false: more may follow).
+ * @throws StConvertError as {@link readNpyHeader} (`UnexpectedEof` only when `complete`).
+ */
+export function parseNpyPreamble(bytes: Uint8Array, complete: boolean, options: NpyHeaderOptions = {}): NpyPreamble | number {
   const maxHeaderSize = options.maxHeaderSize ?? MAX_NPY_HEADER_SIZE;
-  const start = await head(12);
-  if (start.byteLength < 8) {
-    if (start.byteLength < 6 || !startsWithMagic(start)) {
-      throw new StConvertError(start.byteLength < 6 && isPrefixOfMagic(start) ? "UnexpectedEof" : "BadMagic", describeMagic(start));
+  if (bytes.byteLength < 8) {
+    if (!complete && isPrefixOfMagic(bytes)) return 12;
+    if (bytes.byteLength < 6 || !startsWithMagic(bytes)) {
+      throw new StConvertError(bytes.byteLength < 6 && isPrefixOfMagic(bytes) ? "UnexpectedEof" : "BadMagic", describeMagic(bytes));
     }
-    throw new StConvertError("UnexpectedEof", `EOF reading the magic string: expected 8 bytes, got ${start.byteLength}`);
+    throw new StConvertError("UnexpectedEof", `EOF reading the magic string: expected 8 bytes, got ${bytes.byteLength}`);
   }
-  if (!startsWithMagic(start)) throw new StConvertError("BadMagic", describeMagic(start));
-  const major = start[6]!;
-  const minor = start[7]!;
+  if (!startsWithMagic(bytes)) throw new StConvertError("BadMagic", describeMagic(bytes));
+  const major = bytes[6]!;
+  const minor = bytes[7]!;
   if (minor !== 0 || (major !== 1 && major !== 2 && major !== 3)) {
     throw new StConvertError("UnsupportedVersion", `npy format version ${major}.${minor} is not supported; numpy writes and reads 1.0, 2.0 and 3.0`);
   }
   const version: NpyVersion = [major as 1 | 2 | 3, 0];
   const fieldSize = major === 1 ? 2 : 4;
-  if (start.byteLength < 8 + fieldSize) {
-    throw new StConvertError("UnexpectedEof", `EOF reading the array header length: expected ${fieldSize} bytes, got ${start.byteLength - 8}`);
+  if (bytes.byteLength < 8 + fieldSize) {
+    if (!complete) return 12;
+    throw new StConvertError("UnexpectedEof", `EOF reading the array header length: expected ${fieldSize} bytes, got ${bytes.byteLength - 8}`);
   }
-  const view = new DataView(start.buffer, start.byteOffset, start.byteLength);
-  const headerLength = major === 1 ? view.getUint16(8, true) : view.getUint32(8, true);
+  const headerLength = major === 1 ? bytes[8]! | (bytes[9]! << 8) : (bytes[8]! | (bytes[9]! << 8) | (bytes[10]! << 16) | (bytes[11]! << 24)) >>> 0;
   // latin1 is one byte per character; UTF-8 at most four.
   const maxBytes = major === 3 ? 4 * maxHeaderSize : maxHeaderSize;
   if (headerLength > maxBytes) {
@@ -163,8 +208,8 @@ export async function readNpyHeader(head: (length: number) => Promise<Uint8Array
     );
   }
   const dataOffset = 8 + fieldSize + headerLength;
-  const bytes = await head(dataOffset);
   if (bytes.byteLength < dataOffset) {
+    if (!complete) return dataOffset;
     throw new StConvertError(
       "UnexpectedEof",
       `EOF reading the array header: expected ${headerLength} bytes, got ${Math.max(0, bytes.byteLength - 8 - fieldSize)}`,
@@ -186,9 +231,11 @@ export async function readNpyHeader(head: (length: number) => Promise<Uint8Array
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
+const NON_ASCII = /[^\x00-\x7f]/;
+
 /** True when `bytes` start with {@link NPY_MAGIC} (false when they are shorter). */
 export function startsWithMagic(bytes: Uint8Array): boolean {
-  return NPY_MAGIC.every((b, i) => bytes[i] === b);
+  return bytes[0] === 0x93 && bytes[1] === 0x4e && bytes[2] === 0x55 && bytes[3] === 0x4d && bytes[4] === 0x50 && bytes[5] === 0x59;
 }
 
 function isPrefixOfMagic(bytes: Uint8Array): boolean {
@@ -202,6 +249,14 @@ function describeMagic(bytes: Uint8Array): string {
 
 /** Decodes bytes as latin1 (each byte is the code point of the same value), which never fails. */
 function latin1(bytes: Uint8Array): string {
+  // ASCII decodes alike in UTF-8 and latin1 (TextDecoder's "latin1" is windows-1252, wrong past
+  // 0x7f): the native decoder first, the byte loop only when a byte past 0x7f shows.
+  try {
+    const text = utf8.decode(bytes);
+    if (!NON_ASCII.test(text)) return text;
+  } catch {
+    // Not UTF-8, so not ASCII either.
+  }
   let text = "";
   for (let at = 0; at < bytes.byteLength; at += 8192) text += String.fromCharCode(...bytes.subarray(at, at + 8192));
   return text;

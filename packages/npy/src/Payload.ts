@@ -5,12 +5,20 @@
 import { type ByteSource, type ReadRangeOptions, StConvertError, readRange } from "@st-convert/core";
 import type { RangeReader } from "./fortranToC.js";
 
-/** One npy file's bytes. */
+/** One npy file's bytes. Methods are called on the payload (implementations may be classes). */
 export interface Payload {
   /** Bytes it holds (a file's size; a member's uncompressed size). */
   readonly size: number;
   /** The first `min(length, size)` bytes. */
   head(length: number): Promise<Uint8Array>;
+  /** {@link head}, synchronously, where the bytes are in memory (a small zip member kept when the archive was opened). */
+  readonly headSync?: ((length: number) => Uint8Array) | undefined;
+  /**
+   * Bytes `[offset, offset + length)` at once, integrity checked, where they are in memory (with
+   * {@link headSync}). A view: copy before modifying.
+   * @throws StConvertError `UnexpectedEof` past the end; a container's integrity error.
+   */
+  readonly bytesSync?: ((offset: number, length: number) => Uint8Array) | undefined;
   /**
    * Bytes `[offset, offset + length)`, in chunks of exactly `chunkSize` bytes but the last
    * (`ReadRangeOptions`; `reuse` is honoured where the bytes pass through unchanged). After the
@@ -36,6 +44,32 @@ export function sourcePayload(source: ByteSource): Payload {
     range: (offset, length, options) => readRange(source, offset, length, options),
     random: (offset, length) => source.read(offset, length),
     randomIntoSync: source.readIntoSync === undefined ? undefined : (offset, target) => source.readIntoSync!(offset, target),
+    verify: async () => {},
+  };
+}
+
+/**
+ * Bytes already in memory as a payload (a small `.npy` read whole): views, served synchronously
+ * too ({@link Payload.headSync}, {@link Payload.bytesSync}); nothing to verify.
+ */
+export function memoryPayload(bytes: Uint8Array): Payload {
+  const bytesSync = (offset: number, length: number): Uint8Array => {
+    if (offset + length > bytes.byteLength) {
+      throw new StConvertError("UnexpectedEof", `unexpected end of data: needs bytes ${offset}..${offset + length} but the source holds ${bytes.byteLength}`);
+    }
+    return bytes.subarray(offset, offset + length);
+  };
+  return {
+    size: bytes.byteLength,
+    head: async (length) => bytes.subarray(0, Math.min(length, bytes.byteLength)),
+    headSync: (length) => bytes.subarray(0, Math.min(length, bytes.byteLength)),
+    bytesSync,
+    async *range(offset, length, { chunkSize }) {
+      const all = bytesSync(offset, length);
+      for (let at = 0; at < length; at += chunkSize) yield all.subarray(at, Math.min(at + chunkSize, length));
+    },
+    random: async (offset, length) => bytesSync(offset, length),
+    randomIntoSync: (offset, target) => target.set(bytesSync(offset, target.byteLength)),
     verify: async () => {},
   };
 }

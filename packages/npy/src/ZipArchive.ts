@@ -10,8 +10,7 @@
  * numpy opens every member with `force_zip64=True`, so local headers carry sizes 0xFFFFFFFF and a
  * ZIP64 extra field while the central directory holds the real 32-bit values (formats.md §2.6).
  */
-import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, hasLoneSurrogate, readRange } from "@st-convert/core";
-import { settleInBatches } from "./settleAll.js";
+import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, bytesSource, hasLoneSurrogate, readRange } from "@st-convert/core";
 import type { Codec } from "./Codec.js";
 import type { Payload } from "./Payload.js";
 
@@ -45,6 +44,12 @@ const LOCATOR64_SIZE = 20;
 const CENTRAL_SIZE = 46;
 const LOCAL_SIZE = 30;
 const MAX_COMMENT = 0xffff;
+/**
+ * Bytes at the end searched for the end record: zipfile's `maxCommentStart` is 64 KiB + 22 bytes
+ * from the end, one byte more than the longest comment needs, so a record followed by a full
+ * comment and one stray byte is still found.
+ */
+const END_SEARCH = 0x10000 + END_SIZE;
 /** CPython's `zipfile.ZIP64_LIMIT`: past it a size or offset goes to the ZIP64 extra field. */
 const ZIP64_LIMIT = 2 ** 31 - 1;
 const FILECOUNT_LIMIT = 0xffff;
@@ -55,12 +60,16 @@ const FLAG_DESCRIPTOR = 0x8;
 const FLAG_PATCHED = 0x20;
 const FLAG_STRONG_ENCRYPTION = 0x40;
 const FLAG_UTF8 = 0x800;
-/** Members whose local headers are read at once when an archive is opened. */
-const HEADERS_IN_FLIGHT = 32;
 
 /** Central-directory entry of one member, offsets already corrected for bytes prepended to the archive. */
 export interface ZipEntry {
+  /**
+   * The name as zipfile gives it (`ZipInfo.filename`, what `namelist()` and numpy see): decoded,
+   * then cut at its first NUL, so that `w.npy\0y` is `w.npy`.
+   */
   readonly name: string;
+  /** The name as stored, before the cut at NUL (`ZipInfo.orig_filename`, what the local header must repeat). */
+  readonly originalName: string;
   readonly flags: number;
   /** 0 stored, 8 deflated (others are refused when the member is located). */
   readonly method: number;
@@ -74,6 +83,12 @@ export interface ZipEntry {
 export interface ZipMember extends ZipEntry {
   /** Offset of the member's first data byte. */
   readonly dataOffset: number;
+  /**
+   * The member's stored bytes (`compressedSize` of them, still deflated for a deflated member),
+   * when {@link locateMembers} kept them from the blocks it read: small members, within
+   * {@link MAX_KEPT_BYTES}. {@link memberPayload} then serves them from memory.
+   */
+  readonly stored?: Uint8Array;
 }
 
 /** What the end records and the central directory say. */
@@ -92,7 +107,15 @@ export interface ZipReadOptions {
   maxDirectorySize?: number;
   /** Largest uncompressed member, in bytes. Default {@link MAX_NPZ_MEMBER_SIZE}. */
   maxMemberSize?: number;
+  /**
+   * Most bytes of the blocks read while locating members that are kept for small members, so that
+   * reading them needs no read of their own. Default {@link MAX_KEPT_BYTES} (64 MiB); 0 keeps none.
+   */
+  maxKeptBytes?: number;
 }
+
+const EMPTY = new Uint8Array(0);
+const EMPTY_VIEW = new DataView(EMPTY.buffer);
 
 function bad(rule: string): never {
   throw new StConvertError("BadZipFile", rule);
@@ -119,7 +142,7 @@ function u64(v: DataView, at: number, what: string): number {
 export async function readZipDirectory(source: ByteSource, options: ZipReadOptions = {}): Promise<ZipDirectory> {
   const maxDirectorySize = options.maxDirectorySize ?? MAX_ZIP_DIRECTORY_SIZE;
   if (source.size < END_SIZE) bad(`File is not a zip file: ${source.size} bytes, fewer than an end-of-archive record`);
-  const tailStart = Math.max(0, source.size - END_SIZE - MAX_COMMENT);
+  const tailStart = Math.max(0, source.size - END_SEARCH);
   const tail = await source.read(tailStart, source.size - tailStart);
   const tv = view(tail);
   let at = tail.byteLength - END_SIZE;
@@ -187,13 +210,15 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
     let headerOffset = dv.getUint32(p + 42, true);
     const end = p + CENTRAL_SIZE + nameLength + extraLength + commentLen;
     if (end > directory.byteLength) bad("Truncated central directory");
-    const name = decodeName(directory.subarray(p + CENTRAL_SIZE, p + CENTRAL_SIZE + nameLength), flags);
+    const originalName = decodeName(directory.subarray(p + CENTRAL_SIZE, p + CENTRAL_SIZE + nameLength), flags);
+    const nul = originalName.indexOf("\0");
+    const name = nul < 0 ? originalName : originalName.slice(0, nul);
     if (extractVersion > MAX_EXTRACT_VERSION) {
       throw new StConvertError("Unsupported", `member ${JSON.stringify(name)} needs zip version ${extractVersion / 10}, newer than this reader`);
     }
     // ZipInfo._decodeExtra: a ZIP64 field holds, in order, each 32-bit value that is 0xFFFFFFFF.
-    const extra = directory.subarray(p + CENTRAL_SIZE + nameLength, p + CENTRAL_SIZE + nameLength + extraLength);
-    const ev = view(extra);
+    const extra = extraLength === 0 ? EMPTY : directory.subarray(p + CENTRAL_SIZE + nameLength, p + CENTRAL_SIZE + nameLength + extraLength);
+    const ev = extraLength === 0 ? EMPTY_VIEW : view(extra);
     for (let e = 0; e + 4 <= extra.byteLength; ) {
       const type = ev.getUint16(e, true);
       const length = ev.getUint16(e + 2, true);
@@ -212,7 +237,7 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
       }
       e += 4 + length;
     }
-    entries.push({ name, flags, method, crc32, compressedSize, size, headerOffset: headerOffset + concat });
+    entries.push({ name, originalName, flags, method, crc32, compressedSize, size, headerOffset: headerOffset + concat });
     p = end;
   }
   return { entries, comment, directoryOffset: start };
@@ -220,6 +245,8 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const CP437_HIGH = "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ¢£¥₧ƒáíóúñÑªº¿⌐¬½¼¡«»░▒▓│┤╡╢╖╕╣║╗╝╜╛┐└┴┬├─┼╞╟╚╔╩╦╠═╬╧╨╤╥╙╘╒╓╫╪┘┌█▄▌▐▀αßΓπΣσµτΦΘΩδ∞φε∩≡±≥≤⌠⌡÷≈°∙·√ⁿ²■\u00a0";
+
+const latin1 = new TextDecoder("latin1");
 
 /** A member name as zipfile decodes it: UTF-8 with flag 11 set, else code page 437. */
 function decodeName(bytes: Uint8Array, flags: number): string {
@@ -230,22 +257,113 @@ function decodeName(bytes: Uint8Array, flags: number): string {
       return bad("a member name flagged as UTF-8 is not valid UTF-8");
     }
   }
+  let ascii = true;
+  for (const b of bytes) if (b >= 0x80) ascii = false;
+  // ASCII is the same in code page 437 (and "latin1", which TextDecoder takes as windows-1252).
+  if (ascii) return latin1.decode(bytes);
   let name = "";
   for (const b of bytes) name += b < 0x80 ? String.fromCharCode(b) : CP437_HIGH[b - 0x80]!;
   return name;
 }
 
+/** Local headers (and small members) are read in blocks of up to this many bytes: few reads for many members. */
+const LOCATE_BLOCK = 1024 * 1024;
+/** Members whose stored bytes are at most this many are kept from the blocks read to locate them. */
+const SMALL_MEMBER = 64 * 1024;
+/**
+ * Most bytes of blocks kept for small members; past it, small members are read when asked for,
+ * as large ones are. Bounds the memory an archive of many small members holds while open.
+ */
+export const MAX_KEPT_BYTES = 64 * 1024 * 1024;
+/** Bytes assumed for a local header's name and extra field before it is read (numpy's extra field is 20). */
+const LOCAL_GUESS = 64;
+
 /**
  * Reads and checks each member's local header, and checks that every member's data lies between
  * its header and the next member's (or the central directory), as CPython ≥ 3.12 does against
- * "overlapped entries" zip bombs; then that sizes are possible and within the limit.
+ * "overlapped entries" zip bombs; then that sizes are possible and within the limit. Headers are
+ * read in archive order through blocks of up to 1 MiB, so an archive of 50,000 small members
+ * costs a dozen reads; small members' bytes are kept from those blocks (`stored`), up to
+ * {@link MAX_KEPT_BYTES}.
  * @throws StConvertError `BadZipFile`, `OverlappingMembers`, `MemberSizeMismatch`,
  *   `LimitExceeded`, `Unsupported` (encryption, compression other than stored/deflated).
  */
 export async function locateMembers(source: ByteSource, directory: ZipDirectory, options: ZipReadOptions = {}): Promise<ZipMember[]> {
   const maxMemberSize = options.maxMemberSize ?? MAX_NPZ_MEMBER_SIZE;
-  const members = await settleInBatches(directory.entries, HEADERS_IN_FLIGHT, (entry) => locate(source, entry));
-  const byOffset = [...members].sort((a, b) => b.headerOffset - a.headerOffset);
+  const maxKept = options.maxKeptBytes ?? MAX_KEPT_BYTES;
+  const entries = directory.entries;
+  const order = entries.map((_, i) => i).sort((a, b) => entries[a]!.headerOffset - entries[b]!.headerOffset);
+  const members: ZipMember[] = new Array(entries.length);
+  let block: Uint8Array = new Uint8Array(0);
+  let blockStart = 0;
+  let blockKept = false;
+  let kept = 0;
+  /** The bytes [from, from + length) are in `block`; read a new block (covering the next members too) if not. */
+  const ensure = async (from: number, length: number, position: number): Promise<void> => {
+    if (from >= blockStart && from + length <= blockStart + block.byteLength) return;
+    let end = from + length;
+    // Extend over the following members' headers (and small members' data) while the block stays within LOCATE_BLOCK.
+    for (let k = position + 1; k < order.length; k++) {
+      const next = entries[order[k]!]!;
+      const nextEnd =
+        next.headerOffset + LOCAL_SIZE + next.originalName.length * 3 + LOCAL_GUESS + (next.compressedSize <= SMALL_MEMBER ? next.compressedSize : 0);
+      if (nextEnd - from > LOCATE_BLOCK || next.headerOffset < from) break;
+      end = Math.max(end, nextEnd);
+    }
+    end = Math.min(end, source.size);
+    block = await source.read(from, end - from);
+    blockStart = from;
+    blockKept = false;
+  };
+  for (let position = 0; position < order.length; position++) {
+    const index = order[position]!;
+    const entry = entries[index]!;
+    const at = entry.headerOffset;
+    const where = () => `member ${JSON.stringify(entry.name)}`;
+    if (at + LOCAL_SIZE > source.size) bad(`${where()}: local header at offset ${at} is past the end of the ${source.size}-byte archive`);
+    // (`ensure` is awaited only when it has to read: an await per member is a fair part of the cost.)
+    if (!(at >= blockStart && at + LOCAL_SIZE <= blockStart + block.byteLength)) {
+      await ensure(at, Math.min(LOCAL_SIZE + entry.originalName.length * 3 + LOCAL_GUESS, source.size - at), position);
+    }
+    const h = at - blockStart;
+    if (block[h] !== 0x50 || block[h + 1] !== 0x4b || block[h + 2] !== 3 || block[h + 3] !== 4) bad(`${where()}: Bad magic number for file header`);
+    const localFlags = block[h + 6]! | (block[h + 7]! << 8);
+    const nameLength = block[h + 26]! | (block[h + 27]! << 8);
+    const extraLength = block[h + 28]! | (block[h + 29]! << 8);
+    const dataOffset = at + LOCAL_SIZE + nameLength + extraLength;
+    if (dataOffset > source.size) bad(`${where()}: local header runs past the end of the archive`);
+    if (!(at + LOCAL_SIZE + nameLength <= blockStart + block.byteLength)) await ensure(at, LOCAL_SIZE + nameLength, position);
+    const localName = decodeName(block.subarray(at - blockStart + LOCAL_SIZE, at - blockStart + LOCAL_SIZE + nameLength), localFlags);
+    if (localName !== entry.originalName) {
+      bad(`File name in directory ${JSON.stringify(entry.originalName)} and header ${JSON.stringify(localName)} differ.`);
+    }
+    let stored: Uint8Array | undefined;
+    const end = dataOffset + entry.compressedSize;
+    if (entry.compressedSize <= SMALL_MEMBER && end <= source.size && end <= directory.directoryOffset) {
+      const inBlock = end <= blockStart + block.byteLength;
+      if (inBlock || kept + LOCATE_BLOCK <= maxKept) {
+        if (!inBlock) await ensure(at, end - at, position);
+        if (blockKept || kept + block.byteLength <= maxKept) {
+          if (!blockKept) kept += block.byteLength;
+          blockKept = true;
+          stored = block.subarray(dataOffset - blockStart, end - blockStart);
+        }
+      }
+    }
+    members[index] = {
+      name: entry.name,
+      originalName: entry.originalName,
+      flags: entry.flags,
+      method: entry.method,
+      crc32: entry.crc32,
+      compressedSize: entry.compressedSize,
+      size: entry.size,
+      headerOffset: entry.headerOffset,
+      dataOffset,
+      stored,
+    };
+  }
+  const byOffset = order.map((i) => members[i]!).reverse();
   let end = directory.directoryOffset;
   for (const m of byOffset) {
     if (m.dataOffset + m.compressedSize > end) {
@@ -261,25 +379,8 @@ export async function locateMembers(source: ByteSource, directory: ZipDirectory,
   return members;
 }
 
-async function locate(source: ByteSource, entry: ZipEntry): Promise<ZipMember> {
-  const where = `member ${JSON.stringify(entry.name)}`;
-  if (entry.headerOffset + LOCAL_SIZE > source.size)
-    bad(`${where}: local header at offset ${entry.headerOffset} is past the end of the ${source.size}-byte archive`);
-  const header = await source.read(entry.headerOffset, LOCAL_SIZE);
-  const hv = view(header);
-  if (hv.getUint32(0, true) !== SIG_LOCAL) bad(`${where}: Bad magic number for file header`);
-  const localFlags = hv.getUint16(6, true);
-  const nameLength = hv.getUint16(26, true);
-  const extraLength = hv.getUint16(28, true);
-  const dataOffset = entry.headerOffset + LOCAL_SIZE + nameLength + extraLength;
-  if (dataOffset > source.size) bad(`${where}: local header runs past the end of the archive`);
-  const localName = decodeName(await source.read(entry.headerOffset + LOCAL_SIZE, nameLength), localFlags);
-  if (localName !== entry.name) bad(`File name in directory ${JSON.stringify(entry.name)} and header ${JSON.stringify(localName)} differ.`);
-  return { ...entry, dataOffset };
-}
-
 function checkMember(m: ZipMember, maxMemberSize: number): void {
-  const where = `member ${JSON.stringify(m.name)}`;
+  const where = { toString: () => `member ${JSON.stringify(m.name)}` };
   if ((m.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION)) !== 0) throw new StConvertError("Unsupported", `${where} is encrypted`);
   if ((m.flags & FLAG_PATCHED) !== 0) throw new StConvertError("Unsupported", `${where} holds compressed patched data (flag bit 5)`);
   if (m.method !== 0 && m.method !== 8) {
@@ -305,9 +406,94 @@ const INFLATE_INPUT = 1024 * 1024;
 /** Smaller reads and buffers when only a member's first bytes (its npy header) are wanted. */
 const HEAD_INFLATE = 16 * 1024;
 
-/** A member's bytes as a {@link Payload}: CRC-32 and sizes verified whenever a pass reaches the end. */
+/** Largest member inflated in one synchronous call from kept bytes (more goes through the streaming inflater). */
+const SYNC_INFLATE = 1024 * 1024;
+
+/**
+ * A member's bytes as a {@link Payload}: CRC-32 and sizes verified whenever a pass reaches the
+ * end (for a member whose bytes {@link locateMembers} kept, before any byte is handed on).
+ */
 export function memberPayload(source: ByteSource, member: ZipMember, codec: Codec): Payload {
+  if (member.stored !== undefined) {
+    const stored = member.stored;
+    if (member.method === 0) return new KeptPayload(member, () => stored, codec);
+    const inflateRawSync = codec.inflateRawSync;
+    if (inflateRawSync !== undefined && member.size <= SYNC_INFLATE) return new KeptPayload(member, () => inflateKept(member, inflateRawSync), codec);
+    // Too large to inflate at once: the streaming inflater, over the kept bytes.
+    return deflatedPayload(bytesSource(member.stored), { ...member, dataOffset: 0 }, codec);
+  }
   return member.method === 0 ? storedPayload(source, member, codec) : deflatedPayload(source, member, codec);
+}
+
+/** A kept deflated member's bytes, all of them, checked against the declared size. */
+function inflateKept(member: ZipMember, inflateRawSync: NonNullable<Codec["inflateRawSync"]>): Uint8Array {
+  const where = `member ${JSON.stringify(member.name)}`;
+  const out = inflateRawSync(member.stored!, member.size);
+  if (out === undefined) throw new StConvertError("MemberSizeMismatch", `${where} inflates past the ${member.size} bytes it declares (a possible zip bomb)`);
+  if (out.byteLength !== member.size)
+    throw new StConvertError("MemberSizeMismatch", `${where} inflates to ${out.byteLength} bytes, not the ${member.size} it declares`);
+  return out;
+}
+
+/**
+ * A member whose uncompressed bytes `bytes()` gives from memory: the CRC-32 is checked the first
+ * time they are asked for, before any is handed on, and the bytes of a deflated member are
+ * inflated again for each use rather than held (`bytes()` of a stored member is a view). A class:
+ * an archive of many small members makes one per member. Its methods are the prototype's: call
+ * them on the payload, never detached.
+ */
+class KeptPayload implements Payload {
+  #verified = false;
+
+  constructor(
+    private readonly member: ZipMember,
+    private readonly bytes: () => Uint8Array,
+    private readonly codec: Codec,
+  ) {}
+
+  get size(): number {
+    return this.member.size;
+  }
+
+  #checked(): Uint8Array {
+    const all = this.bytes();
+    if (!this.#verified) {
+      const crc = this.codec.crc32(all, 0);
+      if (crc !== this.member.crc32) throw crcError(this.member, crc);
+      this.#verified = true;
+    }
+    return all;
+  }
+
+  headSync(length: number): Uint8Array {
+    return this.#checked().subarray(0, Math.min(length, this.member.size));
+  }
+
+  bytesSync(offset: number, length: number): Uint8Array {
+    checkRangeOf(this.member, offset, length);
+    return this.#checked().subarray(offset, offset + length);
+  }
+
+  async head(length: number): Promise<Uint8Array> {
+    return this.headSync(length);
+  }
+
+  async *range(offset: number, length: number, { chunkSize }: { chunkSize: number }): AsyncGenerator<Uint8Array> {
+    const all = this.bytesSync(offset, length);
+    for (let at = 0; at < length; at += chunkSize) yield all.subarray(at, Math.min(at + chunkSize, length));
+  }
+
+  async random(offset: number, length: number): Promise<Uint8Array> {
+    return this.bytesSync(offset, length);
+  }
+
+  randomIntoSync(offset: number, target: Uint8Array): void {
+    target.set(this.bytesSync(offset, target.byteLength));
+  }
+
+  async verify(): Promise<void> {
+    this.#checked();
+  }
 }
 
 function crcError(member: ZipMember, actual: number): StConvertError {
@@ -459,24 +645,57 @@ function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
 // ----- writer -----
 
 /** A member as the writer records it for the central directory: its name as encoded. */
-interface WrittenEntry extends Omit<ZipEntry, "name"> {
+interface WrittenEntry extends Omit<ZipEntry, "name" | "originalName"> {
   readonly name: Uint8Array;
 }
 
 const encoder = new TextEncoder();
 
+/** The writer gathers pieces smaller than {@link WRITE_DIRECT} into writes of up to this many bytes. */
+const WRITE_BATCH = 1024 * 1024;
+/** Pieces of at least this many bytes (tensor chunks) go to the sink as they are, without a copy. */
+const WRITE_DIRECT = 64 * 1024;
+
 /**
  * A member name's bytes and flags, as zipfile encodes it: ASCII as is, anything else UTF-8 with flag 11.
- * @throws StConvertError `InvalidName` for a lone surrogate (no UTF-8 form) or a name past 65,535 bytes.
+ * @throws StConvertError `InvalidName` for a lone surrogate (no UTF-8 form), a NUL (zipfile cuts
+ *   names there, so the archive would name the member otherwise) or a name past 65,535 bytes.
  */
 export function encodeName(name: string): { bytes: Uint8Array; flags: number } {
   if (hasLoneSurrogate(name)) {
     throw new StConvertError("InvalidName", `${JSON.stringify(name)} holds a lone UTF-16 surrogate, which UTF-8 cannot encode`);
   }
-  const bytes = encoder.encode(name);
+  if (name.includes("\0")) {
+    throw new StConvertError("InvalidName", `${JSON.stringify(name)} holds a NUL character, at which Python's zipfile (and so numpy) cuts a member name`);
+  }
+  let ascii = true;
+  for (let i = 0; i < name.length && ascii; i++) ascii = name.charCodeAt(i) < 0x80;
+  let bytes: Uint8Array;
+  if (ascii) {
+    // The common case, without an encoder call per member.
+    bytes = new Uint8Array(name.length);
+    for (let i = 0; i < name.length; i++) bytes[i] = name.charCodeAt(i);
+  } else bytes = encoder.encode(name);
   if (bytes.byteLength > 0xffff) throw new StConvertError("InvalidName", `a zip member name is at most 65,535 bytes; this one has ${bytes.byteLength}`);
-  // eslint-disable-next-line no-control-regex
-  return { bytes, flags: /^[\x00-\x7f]*$/.test(name) ? 0 : FLAG_UTF8 };
+  return { bytes, flags: ascii ? 0 : FLAG_UTF8 };
+}
+
+/** Little-endian fields, written without a DataView per header. */
+function le16(out: Uint8Array, at: number, value: number): void {
+  out[at] = value & 0xff;
+  out[at + 1] = (value >>> 8) & 0xff;
+}
+
+function le32(out: Uint8Array, at: number, value: number): void {
+  out[at] = value & 0xff;
+  out[at + 1] = (value >>> 8) & 0xff;
+  out[at + 2] = (value >>> 16) & 0xff;
+  out[at + 3] = (value >>> 24) & 0xff;
+}
+
+function le64(out: Uint8Array, at: number, value: number): void {
+  le32(out, at, value % 2 ** 32);
+  le32(out, at + 4, Math.floor(value / 2 ** 32));
 }
 
 /**
@@ -490,6 +709,9 @@ export class ZipWriter {
   readonly #codec: Codec;
   readonly #entries: WrittenEntry[] = [];
   #offset = 0;
+  /** Small pieces (headers, small members, directory entries) gathered for one sink write. */
+  readonly #batch = new Uint8Array(WRITE_BATCH);
+  #batched = 0;
 
   constructor(sink: ByteSink, codec: Codec) {
     this.#sink = sink;
@@ -497,30 +719,44 @@ export class ZipWriter {
   }
 
   async #put(bytes: Uint8Array): Promise<void> {
-    await this.#sink.write(bytes);
     this.#offset += bytes.byteLength;
+    if (bytes.byteLength >= WRITE_DIRECT) {
+      await this.#flush();
+      await this.#sink.write(bytes);
+      return;
+    }
+    if (this.#batched + bytes.byteLength > WRITE_BATCH) await this.#flush();
+    this.#batch.set(bytes, this.#batched);
+    this.#batched += bytes.byteLength;
+  }
+
+  async #flush(): Promise<void> {
+    if (this.#batched === 0) return;
+    const pending = this.#batch.subarray(0, this.#batched);
+    this.#batched = 0;
+    // The sink keeps no reference once the write settles, so the batch is reused after it.
+    await this.#sink.write(pending);
   }
 
   #localHeader(name: Uint8Array, flags: number, method: number, crc32: number, size: number, compressedSize: number): Uint8Array {
     const out = new Uint8Array(LOCAL_SIZE + name.byteLength + 20);
-    const v = view(out);
-    v.setUint32(0, SIG_LOCAL, true);
-    v.setUint16(4, 45, true);
-    v.setUint16(6, flags, true);
-    v.setUint16(8, method, true);
-    v.setUint16(10, 0, true);
-    v.setUint16(12, 0x21, true);
-    v.setUint32(14, crc32, true);
-    v.setUint32(18, 0xffffffff, true);
-    v.setUint32(22, 0xffffffff, true);
-    v.setUint16(26, name.byteLength, true);
-    v.setUint16(28, 20, true);
+    le32(out, 0, SIG_LOCAL);
+    le16(out, 4, 45);
+    le16(out, 6, flags);
+    le16(out, 8, method);
+    le16(out, 10, 0);
+    le16(out, 12, 0x21);
+    le32(out, 14, crc32);
+    le32(out, 18, 0xffffffff);
+    le32(out, 22, 0xffffffff);
+    le16(out, 26, name.byteLength);
+    le16(out, 28, 20);
     out.set(name, LOCAL_SIZE);
     const e = LOCAL_SIZE + name.byteLength;
-    v.setUint16(e, 1, true);
-    v.setUint16(e + 2, 16, true);
-    v.setBigUint64(e + 4, BigInt(size), true);
-    v.setBigUint64(e + 12, BigInt(compressedSize), true);
+    le16(out, e, 1);
+    le16(out, e + 2, 16);
+    le64(out, e + 4, size);
+    le64(out, e + 12, compressedSize);
     return out;
   }
 
@@ -548,6 +784,25 @@ export class ZipWriter {
       );
     }
     this.#entries.push({ name: bytes, flags, method: 0, crc32, compressedSize: size, size, headerOffset: offset });
+  }
+
+  /**
+   * A stored member whose bytes are all in memory (`parts`, concatenated): CRC-32 and size are
+   * computed here and put in the local header, as {@link addStored} would. For small members:
+   * one pass over the bytes, and no write of its own (pieces are gathered into large writes).
+   */
+  async addStoredBytes(name: string, parts: readonly Uint8Array[]): Promise<void> {
+    const { bytes, flags } = encodeName(name);
+    let size = 0;
+    let crc = 0;
+    for (const part of parts) {
+      size += part.byteLength;
+      crc = this.#codec.crc32(part, crc);
+    }
+    const offset = this.#offset;
+    await this.#put(this.#localHeader(bytes, flags, 0, crc, size, size));
+    for (const part of parts) await this.#put(part);
+    this.#entries.push({ name: bytes, flags, method: 0, crc32: crc, compressedSize: size, size, headerOffset: offset });
   }
 
   /**
@@ -630,6 +885,7 @@ export class ZipWriter {
     v.setUint16(20, comment.byteLength, true);
     end.set(comment, END_SIZE);
     await this.#put(end);
+    await this.#flush();
   }
 }
 
@@ -648,28 +904,27 @@ function centralEntry(entry: WrittenEntry): Uint8Array {
   }
   const extraLength = zip64.length === 0 ? 0 : 4 + 8 * zip64.length;
   const out = new Uint8Array(CENTRAL_SIZE + entry.name.byteLength + extraLength);
-  const v = view(out);
-  v.setUint32(0, SIG_CENTRAL, true);
+  le32(out, 0, SIG_CENTRAL);
   out[4] = 45; // version made by: 4.5 (ZIP64), on
   out[5] = 3; // Unix, as zipfile writes on any system but Windows
   out[6] = 45;
-  v.setUint16(8, entry.flags, true);
-  v.setUint16(10, entry.method, true);
-  v.setUint16(12, 0, true);
-  v.setUint16(14, 0x21, true);
-  v.setUint32(16, entry.crc32, true);
-  v.setUint32(20, compressedSize, true);
-  v.setUint32(24, size, true);
-  v.setUint16(28, entry.name.byteLength, true);
-  v.setUint16(30, extraLength, true);
-  v.setUint32(38, 0o600 << 16, true);
-  v.setUint32(42, offset, true);
+  le16(out, 8, entry.flags);
+  le16(out, 10, entry.method);
+  le16(out, 12, 0);
+  le16(out, 14, 0x21);
+  le32(out, 16, entry.crc32);
+  le32(out, 20, compressedSize);
+  le32(out, 24, size);
+  le16(out, 28, entry.name.byteLength);
+  le16(out, 30, extraLength);
+  le32(out, 38, 0o600 << 16);
+  le32(out, 42, offset);
   out.set(entry.name, CENTRAL_SIZE);
   if (zip64.length > 0) {
     const e = CENTRAL_SIZE + entry.name.byteLength;
-    v.setUint16(e, 1, true);
-    v.setUint16(e + 2, 8 * zip64.length, true);
-    zip64.forEach((value, i) => v.setBigUint64(e + 4 + 8 * i, BigInt(value), true));
+    le16(out, e, 1);
+    le16(out, e + 2, 8 * zip64.length);
+    zip64.forEach((value, i) => le64(out, e + 4 + 8 * i, value));
   }
   return out;
 }

@@ -22,4 +22,5 @@ export { type NpyFile, type NpyReadOptions, type NpyReadOptionsBase, type NpyWri
 export { DTYPE_OPTION, npyFormat, npzFormat } from "./formats.js";
 export { NPZ_COMMENT_FORMAT, type NpzComment, type NpzFile, type NpzReadOptions, type NpzWriteOptions, readNpz, writeNpz } from "./npz.js";
 export { MAX_LITERAL_DEPTH, type PyValue, parsePythonLiteral } from "./parsePythonLiteral.js";
-export { MAX_NPZ_MEMBER_SIZE, MAX_ZIP_DIRECTORY_SIZE, type ZipReadOptions } from "./ZipArchive.js";
+export { MAX_KEPT_BYTES, MAX_NPZ_MEMBER_SIZE, MAX_ZIP_DIRECTORY_SIZE, type ZipReadOptions } from "./ZipArchive.js";
+export { type ZipDirectory, type ZipEntry, type ZipMember, locateMembers, memberPayload, readZipDirectory } from "./ZipArchive.js";

@@ -8,6 +8,7 @@
 import {
   type ByteInput,
   type ByteSink,
+  type ByteSource,
   type ScratchFactory,
   DEFAULT_CHUNK_SIZE,
   StConvertError,
@@ -20,9 +21,16 @@ import {
   withContext,
 } from "@st-convert/core";
 import { encodeNpyHeader, type NpyHeader, type NpyVersion } from "./NpyHeader.js";
-import { type DtypeDeclarations, declarationsOf, descrOfDtype, isVoidInNumpy } from "./NpyDtype.js";
+import { type DtypeDeclarations, checkNumpyShape, declarationsOf, descrOfDtype, isVoidInNumpy } from "./NpyDtype.js";
 import { openNpyArray } from "./openNpyArray.js";
-import { sourcePayload } from "./Payload.js";
+import { memoryPayload, sourcePayload } from "./Payload.js";
+import { readZipDirectory } from "./ZipArchive.js";
+
+/**
+ * Files up to this size (a page) are read whole at once: a folder of many small arrays costs one
+ * read per file, not two. Larger ones are read as asked for.
+ */
+const SMALL_NPY = 4096;
 
 /** The tensor name of a `.npy` when neither an option nor a file name gives one (numpy's name for unnamed arrays). */
 const DEFAULT_NAME = "arr_0";
@@ -76,17 +84,40 @@ export interface NpyFile extends TensorSource {
  * little-endian and in C order whatever the file's byte order and layout.
  * @throws StConvertError naming the file and tensor: `BadMagic`, `UnsupportedVersion`,
  *   `HeaderTooLarge`, `InvalidHeader`, `InvalidHeaderKeys`, `InvalidShape`, `InvalidFortranOrder`,
- *   `InvalidDescr`, `UnsupportedDtype`, `UndeclaredVoidDtype`, `UnexpectedEof` (truncated).
+ *   `InvalidDescr`, `UnsupportedDtype`, `UndeclaredVoidDtype`, `UnexpectedEof` (truncated),
+ *   `AmbiguousFormat` when the bytes after the data make the file a zip archive too (np.load reads
+ *   the array, zipfile the archive).
  */
 export async function readNpy(input: ByteInput, options: NpyReadOptions = {}): Promise<NpyFile> {
   const source = toByteSource(input);
   const name = options.name ?? fileStem(source.name) ?? DEFAULT_NAME;
   try {
     const declarations = declarationsOf(options.dtypes);
-    const array = await openNpyArray(sourcePayload(source), name, { ...options, declarations, file: source.name });
+    // Notices wait for the check below: a file refused as ambiguous gets no warning first.
+    const notices: string[] = [];
+    // A small file is read at once: one read for its header and its data.
+    const payload = source.size <= SMALL_NPY ? memoryPayload(await source.read(0, source.size)) : sourcePayload(source);
+    const array = await openNpyArray(payload, name, { ...options, declarations, file: source.name, onWarning: (m) => notices.push(m) });
+    if (array.dataOffset + array.tensor.byteLength < source.size && (await holdsZip(source))) {
+      throw new StConvertError(
+        "AmbiguousFormat",
+        "the file is both an .npy (np.load reads it as one array, deciding by its first bytes) and a zip archive after the array's data (which zipfile finds at its end); refused, as either reading would hide the other",
+      );
+    }
+    for (const notice of notices) options.onWarning?.(notice);
     return { format: "npy", version: array.version, header: array.header, dataOffset: array.dataOffset, metadata: null, tensors: [array.tensor] };
   } catch (error) {
     throw withContext(error, { file: source.name, tensor: name });
+  }
+}
+
+/** True when the bytes after an array's data end the file as a zip archive that zipfile would open. */
+async function holdsZip(source: ByteSource): Promise<boolean> {
+  try {
+    await readZipDirectory(source);
+    return true;
+  } catch {
+    return false;
   }
 }
 
@@ -103,8 +134,9 @@ export interface NpyWriteOptions {
  * (or ml_dtypes) array: BF16 and the F8 types become `<V2`/`<V1` as ml_dtypes saves them (F8_E5M2
  * included, which `np.save` writes as an unloadable `<f1`). Metadata has no place in a `.npy`: it
  * is dropped with a warning. The caller closes or aborts the sink.
- * @throws StConvertError `Unsupported` when `source` holds other than one tensor (write `.npz`),
- *   `UnsupportedDtype` for F4/F6, `ByteLengthMismatch` when the tensor delivers the wrong byte count.
+ * @throws StConvertError `Unsupported` when `source` holds other than one tensor (write `.npz`) or
+ *   a shape numpy refuses to make (U8 [0, 2^32, 2^32]: "array is too big"), `UnsupportedDtype` for
+ *   F4/F6, `ByteLengthMismatch` when the tensor delivers the wrong byte count.
  */
 export async function writeNpy(source: TensorSource, sink: ByteSink, options: NpyWriteOptions = {}): Promise<void> {
   if (source.tensors.length !== 1) {
@@ -118,6 +150,7 @@ export async function writeNpy(source: TensorSource, sink: ByteSink, options: Np
   try {
     checkedByteLength(tensor);
     const descr = descrOfDtype(tensor.dtype);
+    checkNumpyShape(tensor.dtype, tensor.shape);
     if (source.metadata !== null && Object.keys(source.metadata).length > 0) {
       options.onWarning?.(`metadata dropped: a .npy file has no room for it (${Object.keys(source.metadata).length} keys; write .npz to keep them)`);
     }

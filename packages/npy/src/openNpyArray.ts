@@ -4,6 +4,7 @@
  * little-endian, byte-swapped and repacked from Fortran order on the fly.
  */
 import {
+  type ChunkOptions,
   DEFAULT_CHUNK_SIZE,
   type Dtype,
   type ScratchFactory,
@@ -16,7 +17,7 @@ import {
 } from "@st-convert/core";
 import { FORTRAN_SLAB_SIZE, type RangeReader, fortranToC } from "./fortranToC.js";
 import { type NpyHeader, type NpyHeaderOptions, type NpyVersion, readNpyHeader } from "./NpyHeader.js";
-import { type DtypeDeclarations, parseDescr, resolveVoid } from "./NpyDtype.js";
+import { type DtypeDeclarations, numpyCanShape, parseDescr, parseTupleDescr, resolveVoid } from "./NpyDtype.js";
 import { type Payload, StreamCursor, sourcePayload } from "./Payload.js";
 
 /** Chunks a Fortran repack pulls from a forward-only payload. */
@@ -57,7 +58,15 @@ export interface NpyArray {
  */
 export async function openNpyArray(payload: Payload, name: string, options: OpenNpyArrayOptions): Promise<NpyArray> {
   const { version, header, dataOffset } = await readNpyHeader((length) => payload.head(length), options);
-  const parsed = parseDescr(header.descr);
+  return { version, header, dataOffset, tensor: npyTensor(payload, name, header, dataOffset, options) };
+}
+
+/**
+ * The tensor of an npy whose header has been read (the data starting at `dataOffset` of `payload`).
+ * @throws StConvertError as {@link openNpyArray}, but for the header's own errors.
+ */
+export function npyTensor(payload: Payload, name: string, header: NpyHeader, dataOffset: number, options: OpenNpyArrayOptions): TensorEntry {
+  const parsed = header.descrTuple === undefined ? parseDescr(header.descr) : parseTupleDescr(header.descrTuple, header.descr);
   let dtype: Dtype;
   let swapUnit: number;
   if (parsed.kind === "void") {
@@ -77,6 +86,24 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
   const itemSize = parsed.itemSize;
   let elements = 1n;
   for (const dim of header.shape) elements *= dim;
+  // (2^32, 2^32, 0) is no more an array to numpy than to safetensors.
+  if (!numpyCanShape(header.shape, itemSize)) {
+    throw new StConvertError(
+      "InvalidShape",
+      `shape is not valid: (${header.shape.join(", ")}) of '${header.descr}' is too big for numpy (its non-zero dimensions and item size multiply past 2^63 - 1), empty or not`,
+    );
+  }
+  if (parsed.subarray !== undefined) {
+    // np.load reads `count` items of the subarray dtype and reshapes them to the header's shape,
+    // which works only when each item is one element (or there are none).
+    const perItem = parsed.subarray.reduce((n, d) => n * BigInt(d), 1n);
+    if (perItem !== 1n && elements !== 0n) {
+      throw new StConvertError(
+        "UnsupportedDtype",
+        `dtype '${header.descr}' is a subarray of ${perItem} elements per item; np.load cannot read it either (it reads ${elements} items for ${elements} elements: "Failed to read all data")`,
+      );
+    }
+  }
   const needed = elements * BigInt(itemSize);
   const available = payload.size - dataOffset;
   if (needed > BigInt(available)) {
@@ -89,11 +116,64 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
   if (byteLength < available) options.onWarning?.(`${available - byteLength} bytes after the array data are ignored (np.load ignores them too)`);
   const shape = header.shape.map((dim) => toSafeNumber(dim, "dimension"));
   const fortran = header.fortranOrder && shape.filter((d) => d !== 1).length > 1 && byteLength > 0;
-  const slabSize = options.fortranSlabSize;
+  return new NpyTensor(payload, name, dtype, shape, byteLength, { itemSize, swapUnit, dataOffset, fortran, options });
+}
 
-  async function* stored(block: number, reuse: boolean): AsyncGenerator<Uint8Array> {
+/** How an {@link NpyTensor} finds and delivers its bytes. */
+interface Layout {
+  readonly itemSize: number;
+  /** Bytes per byte-swap unit, 1 when none is needed. */
+  readonly swapUnit: number;
+  readonly dataOffset: number;
+  /** Fortran order with more than one axis past length 1: repacked to C order. */
+  readonly fortran: boolean;
+  readonly options: OpenNpyArrayOptions;
+}
+
+/**
+ * One npy array as a tensor. A class rather than an object of closures: an archive of 50,000
+ * small members makes 50,000 of them, and their allocation is a fair part of opening it.
+ */
+class NpyTensor implements TensorEntry {
+  constructor(
+    readonly payload: Payload,
+    readonly name: string,
+    readonly dtype: Dtype,
+    readonly shape: readonly number[],
+    readonly byteLength: number,
+    readonly layout: Layout,
+  ) {}
+
+  chunks({ chunkSize = DEFAULT_CHUNK_SIZE, reuse = false }: ChunkOptions = {}): AsyncIterable<Uint8Array> {
+    if (!Number.isSafeInteger(chunkSize) || chunkSize < 1) {
+      throw new StConvertError("InvalidArgument", `chunkSize must be a positive integer, got ${chunkSize}`);
+    }
+    const { itemSize, fortran, dataOffset, swapUnit } = this.layout;
+    // Bytes in memory (a small kept member), in C order: views, without a generator's cost.
+    const { payload } = this;
+    if (payload.bytesSync !== undefined && !fortran && chunkSize >= itemSize) {
+      return new MemoryChunks(this, () => payload.bytesSync!(dataOffset, this.byteLength), chunkSize, swapUnit);
+    }
+    // Whole elements per chunk, so that a byte swap never straddles two chunks.
+    const block = chunkSize >= itemSize ? chunkSize - (chunkSize % itemSize) : itemSize;
+    return this.#chunks(fortran ? this.#repacked(block) : this.#stored(block, reuse), chunkSize);
+  }
+
+  async *#chunks(source: AsyncGenerator<Uint8Array>, chunkSize: number): AsyncGenerator<Uint8Array> {
+    try {
+      for await (const chunk of source) {
+        if (chunk.byteLength <= chunkSize) yield chunk;
+        else for (let at = 0; at < chunk.byteLength; at += chunkSize) yield chunk.subarray(at, at + chunkSize);
+      }
+    } catch (error) {
+      throw withContext(error, { file: this.layout.options.file, tensor: this.name });
+    }
+  }
+
+  async *#stored(block: number, reuse: boolean): AsyncGenerator<Uint8Array> {
+    const { dataOffset, swapUnit } = this.layout;
     // reuse passes through: a swapped chunk is a copy made before the next is asked for.
-    for await (const chunk of payload.range(dataOffset, byteLength, { chunkSize: block, reuse })) {
+    for await (const chunk of this.payload.range(dataOffset, this.byteLength, { chunkSize: block, reuse })) {
       if (swapUnit <= 1) {
         yield chunk;
         continue;
@@ -110,7 +190,8 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
    * The array's bytes inflated once into scratch space (the payload's integrity is checked on the
    * way), or undefined when the scratch space fails: a notice, and the caller falls back to passes.
    */
-  async function spill(scratch: ScratchFactory): Promise<ScratchSpace | undefined> {
+  async #spill(scratch: ScratchFactory): Promise<ScratchSpace | undefined> {
+    const { options, dataOffset } = this.layout;
     const fallBack = (error: unknown): undefined => {
       const reason = error instanceof Error ? error.message : String(error);
       options.onWarning?.(`no scratch space for the Fortran-order member (${reason}); it is inflated once per slab instead, which is slower`);
@@ -123,7 +204,7 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
       return fallBack(error);
     }
     try {
-      for await (const chunk of payload.range(dataOffset, byteLength, { chunkSize: SPILL_CHUNK })) {
+      for await (const chunk of this.payload.range(dataOffset, this.byteLength, { chunkSize: SPILL_CHUNK })) {
         try {
           await space.write(chunk);
         } catch (error) {
@@ -140,33 +221,34 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
     }
   }
 
-  async function* repacked(block: number): AsyncGenerator<Uint8Array> {
+  async *#repacked(block: number): AsyncGenerator<Uint8Array> {
+    const { options, dataOffset, itemSize, swapUnit } = this.layout;
+    const { payload, byteLength } = this;
+    const slabSize = options.fortranSlabSize;
     let reader: RangeReader;
     let cursor: StreamCursor | undefined;
     let space: ScratchSpace | undefined;
     // A forward-only payload needs one pass per slab; past one slab, one inflation into scratch
     // space and random reads from it (at a file's speed: 16 MiB slabs, synchronous reads) are cheaper.
     if (payload.random === undefined && options.scratch !== undefined && byteLength > (slabSize ?? FORTRAN_SLAB_SIZE)) {
-      space = await spill(options.scratch);
+      space = await this.#spill(options.scratch);
     }
     // After a spill the array is read back from scratch space, where it starts at byte 0 and has
     // nothing left to verify (the spill checked the container).
     const from = space === undefined ? payload : sourcePayload(space.source());
     const start = space === undefined ? dataOffset : 0;
-    const random = from.random;
-    const intoSync = from.randomIntoSync;
-    if (random === undefined) {
+    if (from.random === undefined) {
       // A forward-only payload, read in passes. No reuse: the cursor keeps chunks across its reads.
       reader = cursor = new StreamCursor(() => from.range(start, byteLength, { chunkSize: CURSOR_CHUNK }));
     } else {
       reader = {
         random: true,
-        read: (offset, length) => random(start + offset, length),
-        readIntoSync: intoSync === undefined ? undefined : (offset, target) => intoSync(start + offset, target),
+        read: (offset, length) => from.random!(start + offset, length),
+        readIntoSync: from.randomIntoSync === undefined ? undefined : (offset, target) => from.randomIntoSync!(start + offset, target),
       };
     }
     try {
-      for await (const chunk of fortranToC(reader, shape, itemSize, { slabSize, chunkSize: block })) {
+      for await (const chunk of fortranToC(reader, this.shape, itemSize, { slabSize, chunkSize: block })) {
         swapBytesInPlace(chunk, swapUnit);
         yield chunk;
       }
@@ -177,26 +259,54 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
       await space?.dispose();
     }
   }
+}
 
-  const tensor: TensorEntry = {
-    name,
-    dtype,
-    shape,
-    byteLength,
-    async *chunks({ chunkSize = DEFAULT_CHUNK_SIZE, reuse = false } = {}) {
-      if (!Number.isSafeInteger(chunkSize) || chunkSize < 1)
-        throw new StConvertError("InvalidArgument", `chunkSize must be a positive integer, got ${chunkSize}`);
-      // Whole elements per chunk, so that a byte swap never straddles two chunks.
-      const block = chunkSize >= itemSize ? chunkSize - (chunkSize % itemSize) : itemSize;
-      try {
-        for await (const chunk of fortran ? repacked(block) : stored(block, reuse)) {
-          if (chunk.byteLength <= chunkSize) yield chunk;
-          else for (let at = 0; at < chunk.byteLength; at += chunkSize) yield chunk.subarray(at, at + chunkSize);
-        }
-      } catch (error) {
-        throw withContext(error, { file: options.file, tensor: name });
-      }
-    },
-  };
-  return { version, header, dataOffset, tensor };
+/**
+ * The chunks of an array whose bytes are in memory: views of them (copies when they must be
+ * byte-swapped), by hand rather than through async generators, which cost more per tensor than
+ * the copy of a small one. The bytes are fetched (and their CRC-32 checked) on the first `next()`.
+ * Only for a chunk size of at least one element.
+ */
+class MemoryChunks implements AsyncIterableIterator<Uint8Array> {
+  #bytes: Uint8Array | undefined;
+  #at = 0;
+
+  constructor(
+    private readonly tensor: NpyTensor,
+    private readonly fetch: () => Uint8Array,
+    private readonly chunkSize: number,
+    private readonly swapUnit: number,
+  ) {}
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<Uint8Array>> {
+    try {
+      return Promise.resolve(this.#step());
+    } catch (error) {
+      return Promise.reject(withContext(error, { file: this.tensor.layout.options.file, tensor: this.tensor.name }));
+    }
+  }
+
+  #step(): IteratorResult<Uint8Array> {
+    const { byteLength } = this.tensor;
+    if (this.#at >= byteLength) return { done: true, value: undefined };
+    this.#bytes ??= this.fetch();
+    const at = this.#at;
+    // Whole elements per chunk (chunkSize is at least one), so a swap never straddles two.
+    this.#at = Math.min(byteLength, at + this.chunkSize - (this.chunkSize % this.tensor.layout.itemSize));
+    let chunk = at === 0 && this.#at === byteLength ? this.#bytes : this.#bytes.subarray(at, this.#at);
+    if (this.swapUnit > 1) {
+      chunk = new Uint8Array(chunk);
+      swapBytesInPlace(chunk, this.swapUnit);
+    }
+    return { done: false, value: chunk };
+  }
+
+  async return(): Promise<IteratorResult<Uint8Array>> {
+    this.#at = this.tensor.byteLength;
+    return { done: true, value: undefined };
+  }
 }

@@ -13,6 +13,7 @@
  * brackets and backslash continuations.
  */
 import { StConvertError } from "@st-convert/core";
+import { CHARACTER_NAMES } from "./characterNames.js";
 
 /** A value of the literal language. Floats and complex numbers are kept as their source text. */
 export type PyValue =
@@ -488,9 +489,32 @@ class LiteralParser {
       if (code > 0x10ffff) this.#fail("illegal Unicode character in a \\U escape", at);
       return { value: String.fromCodePoint(code), end: at + 2 + hexLength };
     }
-    if (!bytes && e === "N") this.#fail("\\N{…} escapes (Unicode character names) are not supported", at);
+    if (!bytes && e === "N") return this.#namedEscape(at);
     // An unknown escape keeps its backslash (Python warns, then does the same).
     return { value: `\\${e}`, end: at + 2 };
+  }
+
+  /**
+   * `\N{name}` at `at`: a Unicode character by name, compared in upper case as CPython does.
+   * Names outside {@link CHARACTER_NAMES} (ASCII, µ, μ) are refused: no header key or dtype string
+   * st-convert reads can hold another character.
+   */
+  #namedEscape(at: number): { value: string; end: number } {
+    const text = this.#text;
+    if (text[at + 2] !== "{") this.#fail("malformed \\N character escape", at);
+    let close = at + 3;
+    // A name never holds a quote, a backslash or a line end; meeting one means no name here.
+    while (close < text.length && !"}'\"\\\n\r".includes(text[close]!)) close++;
+    if (text[close] !== "}" || close === at + 3) this.#fail("malformed \\N character escape", at);
+    const name = text.slice(at + 3, close);
+    const code = CHARACTER_NAMES.get(name.replace(/[a-z]+/g, (letters) => letters.toUpperCase()));
+    if (code === undefined) {
+      this.#fail(
+        `\\N{${name.length > 60 ? `${name.slice(0, 60)}…` : name}} is not the name of an ASCII character (nor of µ or μ); no header key or dtype string holds another`,
+        at,
+      );
+    }
+    return { value: String.fromCodePoint(code!), end: close + 1 };
   }
 }
 

@@ -35,6 +35,8 @@ interface Variant {
   file?: boolean;
   /** Temporary files as scratch space (a deflated Fortran member past one slab is spilled to one). */
   scratch?: boolean;
+  /** No member kept in memory when the archive is opened: every one is read from the source, as large ones are. */
+  unkept?: boolean;
 }
 
 const VARIANTS: Record<string, Variant> = {
@@ -42,25 +44,42 @@ const VARIANTS: Record<string, Variant> = {
   "fflate, 7-byte chunks, 64-byte Fortran slabs": { codec: "fflate", chunkSize: 7, fortranSlabSize: 64 },
   "file source, 1000-byte chunks, 8-byte slabs": { file: true, chunkSize: 1000, fortranSlabSize: 8 },
   "file source, scratch files, 333-byte chunks, 64-byte slabs": { file: true, scratch: true, chunkSize: 333, fortranSlabSize: 64 },
+  "file source, no member kept, fflate, 64-byte slabs": { file: true, unkept: true, codec: "fflate", fortranSlabSize: 64 },
 };
 
-async function open(
-  name: string,
-  variant: Variant,
-  dtypes: string[] = [],
-  warnings: string[] = [],
-): Promise<{ read: TensorSource; source: ByteSource & { close?: () => Promise<void> } }> {
+/** The fixture as a source: a file (to be closed) or bytes in memory. */
+async function sourceOf(name: string, variant: Variant): Promise<ByteSource & { close?: () => Promise<void> }> {
   const path = fixturePath("npy", name);
-  const source = variant.file === true ? await openFileSource(path) : bytesSource(readFileSync(path), name);
+  return variant.file === true ? await openFileSource(path) : bytesSource(readFileSync(path), name);
+}
+
+/** Reads the fixture from `source`; the caller closes the source whatever happens. */
+function read(name: string, source: ByteSource, variant: Variant, dtypes: string[] = [], warnings: string[] = []): Promise<TensorSource> {
   const options = {
     dtypes,
     fortranSlabSize: variant.fortranSlabSize,
     codec: variant.codec,
     scratch: variant.scratch === true ? () => createScratchFile() : undefined,
+    maxKeptBytes: variant.unkept === true ? 0 : undefined,
     onWarning: (m: string) => warnings.push(m),
   };
-  const read = name.endsWith(".npz") ? await readNpz(source, options) : await readNpy(source, options);
-  return { read, source };
+  return name.endsWith(".npz") ? readNpz(source, options) : readNpy(source, options);
+}
+
+/** Opens and reads the fixture, hands the result to `use`, and closes the source on every path. */
+async function withFixture<T>(
+  name: string,
+  variant: Variant,
+  use: (file: TensorSource) => Promise<T>,
+  dtypes: string[] = [],
+  warnings: string[] = [],
+): Promise<T> {
+  const source = await sourceOf(name, variant);
+  try {
+    return await use(await read(name, source, variant, dtypes, warnings));
+  } finally {
+    await source.close?.();
+  }
 }
 
 async function bytesOf(source: TensorSource, chunkSize: number | undefined): Promise<Uint8Array[]> {
@@ -81,32 +100,30 @@ const refused = Object.entries(manifest).filter(([, e]) => e.expect.error !== un
 
 describe.each(Object.entries(VARIANTS))("golden files, %s", (_label, variant) => {
   it.each(accepted)("%s: numpy's bytes, dtype and shape", async (name, entry) => {
-    const { read, source } = await open(name, variant, entry.dtypes);
-    try {
-      const expected = entry.expect.tensors!;
-      expect(read.metadata).toBeNull();
-      expect(read.tensors.map((t) => [t.name, t.dtype, t.shape])).toEqual(expected.map((t) => [t.name, t.dtype, t.shape]));
-      const bytes = await bytesOf(read, variant.chunkSize);
-      bytes.forEach((b, i) => {
-        expect(b.byteLength).toBe(read.tensors[i]!.byteLength);
-        if (expected[i]!.hex !== null) expect(toHex(b)).toBe(expected[i]!.hex);
-        expect(sha256(b)).toBe(expected[i]!.sha256);
-      });
-      if (entry.expect.skipped !== undefined) expect((read as NpzFile).skipped).toEqual(entry.expect.skipped);
-    } finally {
-      await source.close?.();
-    }
+    await withFixture(
+      name,
+      variant,
+      async (file) => {
+        const expected = entry.expect.tensors!;
+        expect(file.metadata).toBeNull();
+        expect(file.tensors.map((t) => [t.name, t.dtype, t.shape])).toEqual(expected.map((t) => [t.name, t.dtype, t.shape]));
+        const bytes = await bytesOf(file, variant.chunkSize);
+        bytes.forEach((b, i) => {
+          expect(b.byteLength).toBe(file.tensors[i]!.byteLength);
+          if (expected[i]!.hex !== null) expect(toHex(b)).toBe(expected[i]!.hex);
+          expect(sha256(b)).toBe(expected[i]!.sha256);
+        });
+        if (entry.expect.skipped !== undefined) expect((file as NpzFile).skipped).toEqual(entry.expect.skipped);
+      },
+      entry.dtypes,
+    );
   });
 
   it.each(refused)("%s: refused with the recorded code", async (name, entry) => {
     let error: unknown;
     try {
-      const { read, source } = await open(name, variant, entry.dtypes);
-      try {
-        await bytesOf(read, variant.chunkSize);
-      } finally {
-        await source.close?.();
-      }
+      // The source is closed whether the header or the data is refused.
+      await withFixture(name, variant, (file) => bytesOf(file, variant.chunkSize), entry.dtypes);
     } catch (e) {
       error = e;
     }
@@ -138,25 +155,28 @@ describe("what numpy accepts, we accept", () => {
       ["npz_extra_members.npz", /"readme\.txt" is not an npy array/],
     ] as const) {
       const warnings: string[] = [];
-      await open(name, {}, [], warnings);
+      await withFixture(name, {}, async () => {}, [], warnings);
       expect(warnings.join("\n")).toMatch(pattern);
     }
   });
 
   it("a declaration for one tensor does not apply to another", async () => {
-    await expect(open("npz_bf16_declared.npz", {}, ["other:V2=BF16"])).rejects.toMatchObject({ code: "UndeclaredVoidDtype", tensor: "bf" });
-    const { read } = await open("npz_bf16_declared.npz", {}, ["V2=BF16"]);
-    expect(read.tensors.find((t) => t.name === "bf")).toMatchObject({ dtype: "BF16", shape: [2, 2] });
+    await expect(withFixture("npz_bf16_declared.npz", {}, async () => {}, ["other:V2=BF16"])).rejects.toMatchObject({
+      code: "UndeclaredVoidDtype",
+      tensor: "bf",
+    });
+    const tensors = await withFixture("npz_bf16_declared.npz", {}, async (file) => file.tensors, ["V2=BF16"]);
+    expect(tensors.find((t) => t.name === "bf")).toMatchObject({ dtype: "BF16", shape: [2, 2] });
   });
 
   it("a declaration of another size does not apply", async () => {
-    await expect(open("ml_bf16.npy", {}, ["V1=F8_E4M3"])).rejects.toMatchObject({ code: "UndeclaredVoidDtype" });
-    const { read } = await open("ml_bf16.npy", {}, ["V2=F16"]);
-    expect(read.tensors[0]!.dtype).toBe("F16");
+    await expect(withFixture("ml_bf16.npy", {}, async () => {}, ["V1=F8_E4M3"])).rejects.toMatchObject({ code: "UndeclaredVoidDtype" });
+    const tensors = await withFixture("ml_bf16.npy", {}, async (file) => file.tensors, ["V2=F16"]);
+    expect(tensors[0]!.dtype).toBe("F16");
   });
 });
 
 it("readTensorBytes sees the same bytes as chunks()", async () => {
-  const { read } = await open("fortran_large.npy", {});
-  expect(sha256(await readTensorBytes(read.tensors[0]!))).toBe(manifest["fortran_large.npy"]!.expect.tensors![0]!.sha256);
+  const bytes = await withFixture("fortran_large.npy", { file: true }, (file) => readTensorBytes(file.tensors[0]!));
+  expect(sha256(bytes)).toBe(manifest["fortran_large.npy"]!.expect.tensors![0]!.sha256);
 });

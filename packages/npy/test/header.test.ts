@@ -96,12 +96,17 @@ describe("parseNpyHeader", () => {
     ["{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}", "InvalidFortranOrder", /not a valid bool: 0/],
     ["{'descr': b'<f4', 'fortran_order': False, 'shape': (2,)}", "InvalidDescr", /b'…'/],
     ["{'descr': [('x', '<f4')], 'fortran_order': False, 'shape': (2,)}", "UnsupportedDtype", /structured/],
-    ["{'descr': ('<i4', (2,)), 'fortran_order': False, 'shape': (2,)}", "UnsupportedDtype", /subarray/],
     ["{'descr': __import__('os').system('touch pwned'), 'fortran_order': False, 'shape': (2,)}", "InvalidHeader", /"__import__" is not a literal/],
     ["{'descr': str('<i4'), 'fortran_order': False, 'shape': (2,)}", "InvalidHeader", /"str" is not a literal/],
     ["{'descr': '<f4', 'fortran_order': False, 'shape': (2**70,)}", "InvalidHeader", /found '\*'/],
   ])("refuses %s", (text, code, message) => {
     expect(() => parseNpyHeader(text)).toThrow(expect.objectContaining({ code, message: expect.stringMatching(message) }));
+  });
+
+  it("keeps a (base, shape) tuple descr for the array reader, which numpy's descr_to_dtype reads", () => {
+    const header = parseNpyHeader("{'descr': ('<i4', (2,)), 'fortran_order': False, 'shape': (2,)}");
+    expect(header.descr).toBe("('<i4', (2,))");
+    expect(header.descrTuple).toMatchObject({ kind: "tuple", items: [{ kind: "str", value: "<i4" }, { kind: "tuple" }] });
   });
 
   it("keeps the last of duplicate keys, as a Python dict does", () => {

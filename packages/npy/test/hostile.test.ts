@@ -58,6 +58,10 @@ describe("hostile npy", () => {
     expect(existsSync("/tmp/st-convert-pwned")).toBe(false);
   });
 
+  it("refuses a descr numpy itself crashes on ('M8[D/0]', a division by zero in its datetime parser)", async () => {
+    await refused(npyFile(header("'descr': 'M8[D/0]', 'fortran_order': False, 'shape': (1,)"), 8), "npy", "UnsupportedDtype");
+  });
+
   it("names the tensor and the rule in one line", async () => {
     const e = await refused(npyFile(header("'descr': '<f4', 'fortran_order': False, 'shape': (-1,)"), 24), "npy", "InvalidShape");
     expect(e.message).toBe('hostile.npy: tensor "hostile": shape is not valid: negative dimensions are not allowed ((-1,))');

@@ -47,8 +47,25 @@ export const hostileNpy: [string, Uint8Array, string][] = [
   ["a structured descr", npyFile(header("'descr': [('x', '<f4')], 'fortran_order': False, 'shape': (2, 3)"), 24), "UnsupportedDtype"],
   ["an object array (a pickle)", npyFile(header("'descr': '|O', 'fortran_order': False, 'shape': (1,)"), Uint8Array.of(0x80, 4, 0x95)), "UnsupportedDtype"],
   ["data one byte short", smallNpy().subarray(0, smallNpy().byteLength - 1), "UnexpectedEof"],
-  ["2^62 float64 in 200 bytes", npyFile(header("'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904,)"), 100), "UnexpectedEof"],
-  ["a shape whose product wraps int64", npyFile(header("'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)"), 16), "UnexpectedEof"],
+  // numpy makes the array before reading data, and refuses one past 2^63 - 1 bytes ("array is too big").
+  ["2^62 float64 in 200 bytes", npyFile(header("'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904,)"), 100), "InvalidShape"],
+  ["a shape whose product wraps int64", npyFile(header("'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)"), 16), "InvalidShape"],
+  [
+    "an empty (2^32, 2^32, 0) float32: too big for numpy",
+    npyFile(header("'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 0)")),
+    "InvalidShape",
+  ],
+  [
+    "an empty (0, 2^32, 2^32) uint8: too big for numpy",
+    npyFile(header("'descr': '|u1', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296)")),
+    "InvalidShape",
+  ],
+  [
+    "an empty (2^60, 2, 0) float32: 2^63 bytes",
+    npyFile(header("'descr': '<f4', 'fortran_order': False, 'shape': (1152921504606846976, 2, 0)")),
+    "InvalidShape",
+  ],
+  ["a subarray descr of 2 per item ('2f4')", npyFile(header("'descr': '2f4', 'fortran_order': False, 'shape': (2,)"), 16), "UnsupportedDtype"],
   ["an empty array with a dimension past 2^53", npyFile(header("'descr': '<f4', 'fortran_order': False, 'shape': (0, 1152921504606846976)")), "Unsupported"],
 ];
 

@@ -92,8 +92,29 @@ describe("parsePythonLiteral", () => {
     expect(() => parsePythonLiteral("(2l,)", { allowLongSuffix: true })).toThrow();
   });
 
-  it("refuses \\N{…} escapes, which would need the Unicode name table (Python accepts them)", () => {
-    expect(() => parsePythonLiteral("'\\N{BULLET}'")).toThrow(/not supported/);
+  it("reads \\N{…} escapes naming ASCII characters, µ and μ, in any case and by alias, as Python does", () => {
+    const str = (text: string) => parsePythonLiteral(text) as { kind: "str"; value: string };
+    expect(str("'\\N{LESS-THAN SIGN}f\\N{digit four}'").value).toBe("<f4");
+    expect(str("'\\N{NUL}\\N{TAB}\\N{LINE FEED}\\N{DEL}'").value).toBe("\0\t\n\x7f");
+    expect(str("'\\N{GREEK SMALL LETTER MU}\\N{MICRO SIGN}'").value).toBe("\u03bc\u00b5");
+    // Not escapes in bytes and raw strings.
+    expect(parsePythonLiteral("b'\\N{NUL}'")).toEqual({ kind: "bytes", value: "\\N{NUL}" });
+    expect(str("r'\\N{NUL}'").value).toBe("\\N{NUL}");
+  });
+
+  it.each([
+    ["'\\N{NO SUCH CHARACTER}'", /not the name of an ASCII character/],
+    ["'\\N{}'", /malformed/],
+    ["'\\N'", /malformed/],
+    ["'\\Nx'", /malformed/],
+    ["'\\N{DIGIT FOUR'", /malformed/],
+    ["'\\N{DIGIT  FOUR}'", /not the name/],
+  ])("refuses %s as Python does", (text, message) => {
+    expect(() => parsePythonLiteral(text)).toThrow(message);
+  });
+
+  it("refuses \\N{…} naming a character outside ASCII (Python reads it; no header key or dtype string holds one)", () => {
+    expect(() => parsePythonLiteral("'\\N{BULLET}'")).toThrow(/not the name of an ASCII character/);
   });
 
   it("keeps integers of any size exactly", () => {

@@ -169,21 +169,43 @@ describe("writeNpz", () => {
     }
   });
 
-  it("refuses a tensor whose bytes change between the CRC pass and the copy", async () => {
+  it("refuses a tensor (past 1 MiB, read twice) whose bytes change between the CRC pass and the copy", async () => {
     let pass = 0;
+    const size = 2 * 1024 * 1024;
     const fickle: TensorEntry = {
       name: "fickle",
       dtype: "U8",
-      shape: [4],
-      byteLength: 4,
+      shape: [size],
+      byteLength: size,
       async *chunks() {
-        yield Uint8Array.of(pass++, 1, 2, 3);
+        const bytes = new Uint8Array(size);
+        bytes[0] = pass++;
+        yield bytes;
       },
     };
     await expect(write((s, sink) => writeNpz(s, sink, { crcPrePass: true }), { metadata: null, tensors: [fickle] })).rejects.toMatchObject({
       code: "ByteLengthMismatch",
       tensor: "fickle",
     });
+    expect(pass).toBe(2);
+  });
+
+  it("reads a small tensor once, for both its CRC and its copy, to the same bytes", async () => {
+    let reads = 0;
+    const once: TensorEntry = {
+      name: "once",
+      dtype: "U8",
+      shape: [4],
+      byteLength: 4,
+      async *chunks() {
+        reads++;
+        yield Uint8Array.of(9, 1, 2, 3);
+      },
+    };
+    const bytes = await write((s, sink) => writeNpz(s, sink, { crcPrePass: true }), { metadata: null, tensors: [once] });
+    expect(reads).toBe(1);
+    const back = await readNpz(bytes);
+    expect([...(await readTensorBytes(back.tensors[0]!))]).toEqual([9, 1, 2, 3]);
   });
 
   it("writes ZIP64 end records past 65,535 members", async () => {
