@@ -49,6 +49,11 @@ export interface ConvertOptions extends TransformOptions {
    * index (`model.safetensors.index.json`) shards at huggingface_hub's default 5GB without it.
    */
   maxShardSize?: number | string;
+  /**
+   * Remove temporary files that a killed run left beside the output (`.NAME.PID-TAG.tmp` of a process
+   * that is gone), with a warning each. Default true; a batch does it once for all its outputs.
+   */
+  removeStale?: boolean;
   /** Stops the conversion at the next chunk; the output is then removed. */
   signal?: AbortSignal;
   /** Called as tensor bytes are written: bytes done so far and the total. */
@@ -122,7 +127,7 @@ export async function convert(input: string | ByteSource, output: string | ByteS
         throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
       }
     }
-    if (typeof output === "string") {
+    if (typeof output === "string" && options.removeStale !== false) {
       // Left by a run that was killed (SIGKILL, a crash, a power cut): its process is gone.
       for (const stale of await removeStaleTempFiles(output).catch(() => [])) {
         warnFor(output)(`removed ${stale}, a temporary file left by an interrupted run`);

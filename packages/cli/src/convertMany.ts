@@ -8,7 +8,7 @@ import { mkdir, readdir, stat } from "node:fs/promises";
 import { basename, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
-import { openFileSource } from "@st-convert/core/node";
+import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { FORMATS, detectOutputFormat, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
 
 /** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
@@ -86,6 +86,15 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
     emit({ type: "failed", job: { input: problem.input, output: problem.output ?? "" }, error: undefined, message: problem.message });
   }
   emit({ type: "planned", jobs: planned });
+  if (options.dryRun !== true) {
+    // Once for the whole batch (each output folder read once), not once per file.
+    for (const stale of await removeStaleTempFiles(planned.map((job) => job.output)).catch(() => [])) {
+      const message = `removed ${stale}, a temporary file left by an interrupted run`;
+      summary.warnings.push({ file: stale, message });
+      emit({ type: "warning", job: { input: stale, output: stale }, file: stale, message });
+      options.onWarning?.(message, stale);
+    }
+  }
 
   let next = 0;
   const worker = async (): Promise<void> => {
@@ -119,6 +128,7 @@ async function runJob(job: BatchJob, options: ConvertManyOptions, summary: Batch
       ...options,
       to: options.to,
       onProgress: (done, total) => emit({ type: "progress", job, done, total }),
+      removeStale: false,
       onWarning: (message, file) => {
         summary.warnings.push({ file, message });
         emit({ type: "warning", job, file, message });

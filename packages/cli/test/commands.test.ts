@@ -139,6 +139,17 @@ describe("outputs and selections", () => {
     expect(readFileSync(out, "utf8")).toBe("keep");
   });
 
+  it("a batch removes stale temporaries of its outputs once, reading each output folder once", () => {
+    const out = join(dir, "out");
+    mkdirSync(out);
+    const dead = join(out, ".mixed.npz.4194399-abc123.tmp");
+    writeFileSync(dead, "partial");
+    const run = runCli([mixed, "--out-dir", out, "--to", "npz"]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stderr.split(`removed ${dead}`)).toHaveLength(2);
+    expect(readdirSync(out)).toEqual(["mixed.npz"]);
+  });
+
   it("--force keeps the replaced file's mode", () => {
     const out = join(dir, "private.safetensors");
     writeFileSync(out, "old", { mode: 0o600 });

@@ -587,29 +587,36 @@ async function writeFully(out: WriteOnce, bytes: Uint8Array): Promise<void> {
 
 /**
  * Removes the temporary files that interrupted runs (killed, or stopped by a signal they could not
- * handle) left beside the output `path`: files named exactly as {@link createFileSink} names them
- * for this target (`.NAME.PID-TAG.tmp`), regular files only, whose process no longer exists. A
- * process that exists (even one this process may not signal) keeps its files, and so does this
- * process. When `path` is a symbolic link, the folder of the file it leads to is cleaned too.
+ * handle) left beside the output `path` (or each of several outputs: a batch passes them all, and
+ * each folder is read once): files named exactly as {@link createFileSink} names them for such a
+ * target (`.NAME.PID-TAG.tmp`), regular files only, whose process no longer exists. A process that
+ * exists (even one this process may not signal) keeps its files, and so does this process. When a
+ * path is a symbolic link, the folder of the file it leads to is cleaned too.
  * Best effort: a file that cannot be removed is left, and a missing folder removes nothing.
  * A process of another machine sharing the folder (NFS) or of another PID namespace looks gone:
  * do not call this where such writers share the output folder.
  * @returns The paths removed.
  */
-export async function removeStaleTempFiles(path: string): Promise<string[]> {
-  const targets = [path];
-  try {
-    const output = await resolveOutput(path);
-    if (output.kind === "missing" || output.kind === "file") targets.push(output.path);
-  } catch {
-    // Not a file output (a directory, a device): only the path's own folder is looked at.
+export async function removeStaleTempFiles(path: string | readonly string[]): Promise<string[]> {
+  const byDir = new Map<string, Set<string>>();
+  const add = (target: string) => {
+    if (target === "" || target.endsWith("/")) return;
+    const dir = dirname(resolve(target));
+    let names = byDir.get(dir);
+    if (names === undefined) byDir.set(dir, (names = new Set()));
+    names.add(basename(target));
+  };
+  for (const target of typeof path === "string" ? [path] : path) {
+    add(target);
+    try {
+      const output = await resolveOutput(target);
+      if (output.kind === "missing" || output.kind === "file") add(output.path);
+    } catch {
+      // Not a file output (a directory, a device): only the path's own folder is looked at.
+    }
   }
   const removed: string[] = [];
-  const seen = new Set<string>();
-  for (const target of targets) {
-    if (target === "" || target.endsWith("/") || seen.has(resolve(target))) continue;
-    seen.add(resolve(target));
-    const dir = dirname(target);
+  for (const [dir, bases] of byDir) {
     let names: string[];
     try {
       names = await readdir(dir);
@@ -617,8 +624,8 @@ export async function removeStaleTempFiles(path: string): Promise<string[]> {
       continue;
     }
     for (const entry of names) {
-      const pid = tempFilePid(entry, basename(target));
-      if (pid === undefined || processExists(pid)) continue;
+      const temp = tempFileOf(entry);
+      if (temp === undefined || !bases.has(temp.base) || processExists(temp.pid)) continue;
       const candidate = join(dir, entry);
       try {
         if (!(await lstat(candidate)).isFile()) continue;
@@ -632,12 +639,10 @@ export async function removeStaleTempFiles(path: string): Promise<string[]> {
   return removed;
 }
 
-/** The process id in a temporary file name of {@link createFileSink} for `base`, or undefined. */
-function tempFilePid(entry: string, base: string): number | undefined {
-  const prefix = `.${base}.`;
-  if (!entry.startsWith(prefix) || !entry.endsWith(".tmp")) return undefined;
-  const match = /^([1-9]\d{0,9})-[0-9a-z]{1,8}$/.exec(entry.slice(prefix.length, -".tmp".length));
-  return match === null ? undefined : Number(match[1]);
+/** The target name and process id of a temporary file name of {@link createFileSink}, or undefined. */
+function tempFileOf(entry: string): { base: string; pid: number } | undefined {
+  const match = /^\.(.+)\.([1-9]\d{0,9})-[0-9a-z]{1,8}\.tmp$/s.exec(entry);
+  return match === null ? undefined : { base: match[1]!, pid: Number(match[2]) };
 }
 
 /** False only when the system says no such process exists (ESRCH); EPERM means it does. */
