@@ -61,7 +61,7 @@ describe("installed from the packed tarballs", () => {
     ] as const) {
       expect(npx("from-npz.safetensors", file).status).toBe(0);
       const info = JSON.parse(npx("info", file, "--json").stdout) as { input: { format: string }; tensors: unknown[] };
-      expect(info).toMatchObject({ format });
+      expect(info).toMatchObject({ input: { format } });
       expect(info.tensors).toHaveLength(8);
     }
     const table = npx("info", "in.npz");
