@@ -66,6 +66,25 @@ describe("commands and their help", () => {
   });
 });
 
+describe("format options", () => {
+  it("a malformed --dtype declaration is a usage error (exit 2), not a refused input", () => {
+    const run = runCli([fixturePath("npy", "sample_model.npz"), join(dir, "x.safetensors"), "--dtype", "V2=F32"]);
+    expect(run.status).toBe(2);
+    expect(run.stderr).toMatch(/dtype declaration "V2=F32": F32 has 4 bytes per element, V2 has 2/);
+  });
+
+  it("the hint for an undeclared void names options that exist: --dtype on the command line, formatOptions.dtype in the library", async () => {
+    const run = runCli([fixturePath("npy", "refuse_bf16_undeclared.npy"), join(dir, "x.safetensors")]);
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/--dtype V2=BF16/);
+    expect(run.stderr).toContain('formatOptions: { dtype: "V2=BF16" }');
+    expect(run.stderr).not.toMatch(/`dtypes`/);
+    // And the library option the hint names works.
+    await convert(fixturePath("npy", "refuse_bf16_undeclared.npy"), join(dir, "y.safetensors"), { formatOptions: { dtype: "V2=BF16" } });
+    expect((await inspect(join(dir, "y.safetensors"))).tensors[0]!.dtype).toBe("BF16");
+  });
+});
+
 describe("-o, -O and -", () => {
   it("-o FILE is the output of a single conversion, and -O the output folder of a batch", () => {
     expect(runCli([mixed, "-o", join(dir, "one.npz")]).status).toBe(0);

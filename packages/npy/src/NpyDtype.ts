@@ -197,8 +197,9 @@ export function declarationsOf(dtypes: readonly string[] | DtypeDeclarations | u
  * Parses declarations such as `V2=BF16`, `V1=F8_E4M3` (for every tensor) and `emb:V2=BF16` (for
  * the tensor `emb` only; everything before the last `:` is the name). The dtype is a safetensors
  * code (any case) or a numpy / ml_dtypes name (`bfloat16`); its size must be the void's.
- * @throws StConvertError `InvalidArgument` for a malformed declaration, an unknown dtype, a size
- *   mismatch, F4/F6 (not byte-sized in safetensors), or two declarations that disagree.
+ * @throws StConvertError `InvalidOption` (an option's value: the CLI exits 2) for a malformed
+ *   declaration, an unknown dtype, a size mismatch, F4/F6 (not byte-sized in safetensors), or two
+ *   declarations that disagree.
  */
 export function parseDtypeDeclarations(values: readonly string[]): DtypeDeclarations {
   const all = new Map<number, Dtype>();
@@ -206,35 +207,32 @@ export function parseDtypeDeclarations(values: readonly string[]): DtypeDeclarat
   for (const value of values) {
     const m = /^(?:([\s\S]*):)?[<>|=]?[Vv](\d+)=([\w-]+)$/.exec(value);
     if (m === null) {
-      throw new StConvertError("InvalidArgument", `dtype declaration ${JSON.stringify(value)} is not of the form V2=BF16 or TENSOR:V2=BF16`);
+      throw new StConvertError("InvalidOption", `dtype declaration ${JSON.stringify(value)} is not of the form V2=BF16 or TENSOR:V2=BF16`);
     }
     const [, tensor, digits, name] = m as unknown as [string, string | undefined, string, string];
     const size = Number(digits);
     const dtype = isDtype(name.toUpperCase()) ? (name.toUpperCase() as Dtype) : dtypeFromNumpyName(name.toLowerCase())?.code;
     if (dtype === undefined) {
       throw new StConvertError(
-        "InvalidArgument",
+        "InvalidOption",
         `dtype declaration ${JSON.stringify(value)}: unknown dtype ${JSON.stringify(name)}; expected one of ${DTYPES.map((d) => d.code).join(", ")}`,
       );
     }
     const bits = dtypeInfo(dtype).bits;
     if (bits < 8) {
       throw new StConvertError(
-        "InvalidArgument",
+        "InvalidOption",
         `dtype declaration ${JSON.stringify(value)}: ${dtype} packs ${bits}-bit values in safetensors, while a numpy void holds whole bytes`,
       );
     }
     if (bits !== size * 8) {
-      throw new StConvertError(
-        "InvalidArgument",
-        `dtype declaration ${JSON.stringify(value)}: ${dtype} has ${bits / 8} bytes per element, V${size} has ${size}`,
-      );
+      throw new StConvertError("InvalidOption", `dtype declaration ${JSON.stringify(value)}: ${dtype} has ${bits / 8} bytes per element, V${size} has ${size}`);
     }
     const target = tensor === undefined ? all : (byTensor.get(tensor) ?? byTensor.set(tensor, new Map()).get(tensor)!);
     const previous = target.get(size);
     if (previous !== undefined && previous !== dtype) {
       throw new StConvertError(
-        "InvalidArgument",
+        "InvalidOption",
         `dtype declarations disagree: V${size} is declared both ${previous} and ${dtype}${tensor === undefined ? "" : ` for ${JSON.stringify(tensor)}`}`,
       );
     }
@@ -270,7 +268,7 @@ export function resolveVoid(descr: string, itemSize: number, tensor: string, dec
   const hint =
     example === undefined
       ? "no safetensors dtype has that many bytes per element"
-      : `declare what it holds with --dtype V${itemSize}=${example} (or --dtype '${tensor}:V${itemSize}=${example}' for this tensor alone; \`dtypes\` in the API); candidates: ${options.join(", ")}`;
+      : `declare what it holds with --dtype V${itemSize}=${example} (or --dtype '${tensor}:V${itemSize}=${example}' for this tensor alone; formatOptions: { dtype: "V${itemSize}=${example}" } in the library); candidates: ${options.join(", ")}`;
   throw new StConvertError(
     "UndeclaredVoidDtype",
     `dtype ${quoteDescr(descr)} is raw void (${itemSize} byte${itemSize === 1 ? "" : "s"} per element), which is how numpy saves ml_dtypes types such as bfloat16 (V2) and float8 (V1); ${hint}`,
