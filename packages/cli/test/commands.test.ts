@@ -323,3 +323,23 @@ it("the README's examples run twice in a row", () => {
     }
   }
 });
+
+describe("the selection applies before the reader judges a tensor", () => {
+  const undeclared = fixturePath("npy", "npz_bf16_undeclared.npz"); // numpy's npz with a bfloat16 member saved as raw V2
+
+  it("--exclude or --filter drops a member the reader would refuse, so the rest converts", () => {
+    expect(runCli([undeclared, join(dir, "all.safetensors")])).toMatchObject({
+      status: 1,
+      stderr: expect.stringMatching(/tensor "bf": .*\[UndeclaredVoidDtype\]/),
+    });
+    const excluded = runCli([undeclared, join(dir, "ex.safetensors"), "--exclude", "^bf$"]);
+    expect(excluded.status, excluded.stderr).toBe(0);
+    expect(excluded.stderr).toMatch(/: 11 tensors,/);
+    const filtered = runCli([undeclared, join(dir, "f.safetensors"), "--filter", "^w"]);
+    expect(filtered.status, filtered.stderr).toBe(0);
+    expect(
+      (JSON.parse(runCli(["info", join(dir, "f.safetensors"), "--json"]).stdout) as { tensors: { name: string }[] }).tensors.map((t) => t.name).sort(),
+    ).toEqual(["w", "wt"]);
+    expect(runCli(["info", undeclared, "--exclude", "^bf$"]).status).toBe(0);
+  });
+});

@@ -70,7 +70,12 @@ export const npzFormat: TensorFormat = {
   },
   async open(source, context) {
     const { readNpz } = await import("./npz.js");
-    return readNpz(source, { dtypes: stringListOption(context.options, "dtype"), onWarning: context.onWarning, scratch: context.scratch });
+    return readNpz(source, {
+      dtypes: stringListOption(context.options, "dtype"),
+      onWarning: context.onWarning,
+      scratch: context.scratch,
+      include: context.include,
+    });
   },
   async write(tensors, sink, context) {
     const { writeNpz } = await import("./npz.js");

@@ -67,6 +67,13 @@ const SMALL_TENSOR = 1024 * 1024;
 export interface NpzReadOptions extends NpyReadOptionsBase, ZipReadOptions {
   /** `"fflate"` forces the portable codec browsers use; default: `node:zlib` when present. */
   codec?: "auto" | "fflate";
+  /**
+   * The tensors the caller keeps (the CLI's `--filter`/`--exclude`): a member whose tensor name this
+   * refuses is left out unread, so a member that cannot be converted (an object array, an
+   * undeclared void) can be dropped instead of refusing the archive. Names are still checked for
+   * duplicates. Default: every member.
+   */
+  include?: (name: string) => boolean;
 }
 
 /** An `.npz` archive whose members have not been read yet. */
@@ -77,6 +84,9 @@ export interface NpzFile extends TensorSource {
   /** Names of members skipped because they hold no npy array (numpy returns their raw bytes), each with a warning. */
   readonly skipped: readonly string[];
 }
+
+/** A member the caller's selection left out, unread. */
+const LEFT_OUT = Symbol("left out");
 
 /** Codes of refusals that say the bytes themselves are broken, which a bad CRC-32 explains first. */
 const STRUCTURAL = new Set([
@@ -145,10 +155,14 @@ export async function readNpz(input: ByteInput, options: NpzReadOptions = {}): P
 
     // Kept members are judged from memory, at once (their CRC-32 checked first); the others through
     // reads, a batch at a time.
-    const opened: (TensorEntry | string)[] = new Array(members.length);
+    const opened: (TensorEntry | string | typeof LEFT_OUT)[] = new Array(members.length);
     const unread: number[] = [];
     for (let i = 0; i < members.length; i++) {
       const member = members[i]!;
+      if (options.include !== undefined && !options.include(tensorName(member))) {
+        opened[i] = LEFT_OUT;
+        continue;
+      }
       const payload = memberPayload(source, member, codec);
       if (payload.headSync === undefined) {
         unread.push(i);
@@ -184,7 +198,15 @@ export async function readNpz(input: ByteInput, options: NpzReadOptions = {}): P
     const skipped: string[] = [];
     const seen = new Set<string>();
     const memberNames = new Set(members.map((m) => m.name));
+    let leftOut = 0;
     for (const [i, item] of opened.entries()) {
+      if (item === LEFT_OUT) {
+        const name = tensorName(members[i]!);
+        if (seen.has(name)) throw new StConvertError("DuplicateKey", "two members of the archive give this tensor name", { tensor: name });
+        seen.add(name);
+        leftOut++;
+        continue;
+      }
       if (typeof item === "string") {
         skipped.push(item);
         continue;
@@ -202,7 +224,7 @@ export async function readNpz(input: ByteInput, options: NpzReadOptions = {}): P
       tensors.push(item);
     }
     // An archive with nothing but skipped members is refused; its refusal says what they are.
-    if (tensors.length === 0 && members.length > 0) throw noArrays(members);
+    if (tensors.length === 0 && leftOut === 0 && members.length > 0) throw noArrays(members);
     for (const name of skipped) options.onWarning?.(`member ${JSON.stringify(name)} is not an npy array (numpy would return its raw bytes); skipped`);
     if (comment !== null) {
       for (const name of Object.keys(comment.dtypes)) {
