@@ -97,56 +97,67 @@ export async function convert(input: string | ByteSource, output: string | ByteS
     warnings.push({ file, message });
     options.onWarning?.(message, file);
   };
-  return withSource(input, async (source, openSibling) => {
-    const { format: inputFormat, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, warnFor(inputName));
-    for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
-    checkSomethingToWrite(tensors, options, warnings.length > 0);
-    const observed = observe(tensors.selected, options.signal, options.onProgress);
-    const result = {
-      input: inputName,
-      output: outputName,
-      inputFormat: inputFormat.name,
-      outputFormat: outputFormat.name,
-      tensors: tensors.selected.tensors.length,
-      bytes: 0,
-      warnings,
-      files: [outputName],
-    };
-    if (sharding !== undefined) {
+  return withSource(
+    input,
+    async (source, openSibling) => {
+      const { format: inputFormat, tensors } = await openInput(
+        source,
+        inputName,
+        { ...options, onWarning: undefined },
+        formats,
+        openSibling,
+        warnFor(inputName),
+      );
+      for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
+      checkSomethingToWrite(tensors, options, warnings.length > 0);
+      const observed = observe(tensors.selected, options.signal, options.onProgress);
+      const result = {
+        input: inputName,
+        output: outputName,
+        inputFormat: inputFormat.name,
+        outputFormat: outputFormat.name,
+        tensors: tensors.selected.tensors.length,
+        bytes: 0,
+        warnings,
+        files: [outputName],
+      };
+      if (sharding !== undefined) {
+        try {
+          const written = await writeShards(observed.source, sharding.target, sharding.maxShardSize, {
+            force: options.force ?? false,
+            write: async (part, sink, fileName) => {
+              await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(fileName), fileName });
+              options.signal?.throwIfAborted();
+            },
+          });
+          for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
+          return { ...result, output: written.output, files: written.files, bytes: observed.done() };
+        } catch (error) {
+          throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
+        }
+      }
+      if (typeof output === "string" && options.removeStale !== false) {
+        // Left by a run that was killed (SIGKILL, a crash, a power cut): its process is gone.
+        for (const stale of await removeStaleTempFiles(output).catch(() => [])) {
+          warnFor(output)(`removed ${stale}, a temporary file left by an interrupted run`);
+        }
+      }
+      const sink = typeof output === "string" ? await createFileSink(output, { force: options.force ?? false }) : output;
       try {
-        const written = await writeShards(observed.source, sharding.target, sharding.maxShardSize, {
-          force: options.force ?? false,
-          write: async (part, sink, fileName) => {
-            await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(fileName), fileName });
-            options.signal?.throwIfAborted();
-          },
-        });
-        for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
-        return { ...result, output: written.output, files: written.files, bytes: observed.done() };
+        await outputFormat.write(observed.source, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(outputName), fileName: outputName });
+        options.signal?.throwIfAborted();
+        await sink.close();
       } catch (error) {
+        await sink.abort();
         throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
       }
-    }
-    if (typeof output === "string" && options.removeStale !== false) {
-      // Left by a run that was killed (SIGKILL, a crash, a power cut): its process is gone.
-      for (const stale of await removeStaleTempFiles(output).catch(() => [])) {
-        warnFor(output)(`removed ${stale}, a temporary file left by an interrupted run`);
-      }
-    }
-    const sink = typeof output === "string" ? await createFileSink(output, { force: options.force ?? false }) : output;
-    try {
-      await outputFormat.write(observed.source, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(outputName), fileName: outputName });
-      options.signal?.throwIfAborted();
-      await sink.close();
-    } catch (error) {
-      await sink.abort();
-      throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
-    }
-    return {
-      ...result,
-      bytes: observed.done(),
-    };
-  });
+      return {
+        ...result,
+        bytes: observed.done(),
+      };
+    },
+    options.signal,
+  );
 }
 
 /**
@@ -258,6 +269,7 @@ type Closeable = ByteSource & { close(): Promise<void> };
 async function withSource<T>(
   input: string | ByteSource,
   use: (source: ByteSource, openSibling: (name: string) => Promise<ByteSource>) => Promise<T>,
+  signal?: AbortSignal,
 ): Promise<T> {
   const name = nameOf(input, "<input>");
   const opened: Closeable[] = [];
@@ -265,14 +277,15 @@ async function withSource<T>(
     if (typeof input !== "string") {
       throw new StConvertError("InvalidArgument", `cannot open ${JSON.stringify(sibling)} beside an input that is not a file`, { file: name });
     }
-    const file = isRemoteInput(input) ? await openRemoteInput(remoteSibling(input, sibling)) : await openFileSource(join(dirname(input), sibling));
+    const file = isRemoteInput(input) ? await openRemoteInput(remoteSibling(input, sibling), { signal }) : await openFileSource(join(dirname(input), sibling));
     opened.push(file);
     return file;
   };
   try {
     let source: ByteSource;
     if (typeof input === "string") {
-      const file = isRemoteInput(input) ? await openRemoteInput(input) : await openFileSource(input);
+      // A signal (Ctrl-C) ends a request in flight at once, not after the server's answer.
+      const file = isRemoteInput(input) ? await openRemoteInput(input, { signal }) : await openFileSource(input);
       opened.push(file);
       source = file;
     } else {
