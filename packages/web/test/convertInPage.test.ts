@@ -1,0 +1,159 @@
+/**
+ * The page's logic without a browser (Node has `Blob` and `File`): settings, names, the blob sink,
+ * and failures named as the command names them. The browser tests compare with the command itself.
+ */
+import { readFileSync } from "node:fs";
+import { isStConvertError } from "@st-convert/core";
+import { fixturePath, safetensorsFile } from "@st-convert/testing";
+import { describe, expect, it } from "vitest";
+import { compileSettings, convertFiles, inspectFiles, mainFile, plannedBytes } from "../src/convertInPage.ts";
+import { FORMATS, OUTPUT_FORMATS, formatByName, outputFileName } from "../src/formats.ts";
+import { BLOB_FOLD_BYTES, BlobSink, writableSink } from "../src/sinks.ts";
+import { describeError, formatSize } from "../src/text.ts";
+
+function fixtureFile(path: string): File {
+  return new File([readFileSync(fixturePath(path))], path.slice(path.lastIndexOf("/") + 1));
+}
+
+async function failure(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (error) {
+    if (!isStConvertError(error)) throw error;
+    return describeError(error);
+  }
+  throw new Error("expected a failure");
+}
+
+describe("compileSettings", () => {
+  it("refuses a filter that does not compile, naming the field", () => {
+    expect(() => compileSettings({ filter: "(" })).toThrow(/^filter "\(": Invalid regular expression/);
+  });
+  it("refuses a metadata line without KEY=", () => {
+    expect(() => compileSettings({ metadata: "a=1\n=2" })).toThrow('metadata "=2": expected KEY=VALUE');
+    expect(() => compileSettings({ metadata: "a=1\nplain" })).toThrow('metadata "plain": expected KEY=VALUE');
+  });
+  it("takes KEY=VALUE lines (the first = separates; empty values and blank lines allowed)", () => {
+    expect({ ...compileSettings({ metadata: "a=b=c\r\n\nempty=\n" }).metadata }).toEqual({ a: "b=c", empty: "" });
+  });
+  it("parses cast rules separated by white space, as --cast does", () => {
+    expect(compileSettings({ cast: " f32=bf16\tnorm:F32=F32 " }).cast.map((r) => r.text)).toEqual(["F32=BF16", "norm:F32=F32"]);
+    expect(() => compileSettings({ cast: "F32=I8" })).toThrow(/does not cast between float and integer/);
+  });
+});
+
+describe("formats", () => {
+  it("offers every writable format of the command, and no index", () => {
+    expect(OUTPUT_FORMATS.map((f) => f.name)).toEqual(["safetensors", "npy", "npz", "flax", "json", "torch"]);
+    expect(FORMATS.map((f) => f.name)).toContain("safetensors-index");
+    expect(() => formatByName("gguf")).toThrow(/unknown format "gguf"/);
+  });
+  it("names the output after the input, its format's extension replaced (the longest known one)", () => {
+    expect(outputFileName("model.safetensors", formatByName("npz"))).toBe("model.npz");
+    expect(outputFileName("model.safetensors.index.json", formatByName("safetensors"))).toBe("model.safetensors");
+    expect(outputFileName("weights.v2.npy", formatByName("json"))).toBe("weights.v2.json");
+    expect(outputFileName("noextension", formatByName("flax"))).toBe("noextension.msgpack");
+    expect(outputFileName("dir/sub/x.pt", formatByName("torch"))).toBe("x.bin");
+  });
+  it("takes an index among the picked files as the one to read", () => {
+    const a = new File([], "model-00001-of-00002.safetensors");
+    const index = new File([], "model.safetensors.index.json");
+    expect(mainFile([a, index])).toBe(index);
+    expect(mainFile([a])).toBe(a);
+  });
+});
+
+describe("inspectFiles and convertFiles", () => {
+  it("list a sharded checkpoint from its index and the shards picked with it", async () => {
+    const dir = "sharded/hub";
+    const { readdirSync } = await import("node:fs");
+    const names = readdirSync(fixturePath(dir)).filter((n) => n.startsWith("model") && (n.endsWith(".safetensors") || n.endsWith(".index.json")));
+    expect(names.some((n) => n.endsWith(".index.json"))).toBe(true);
+    const files = names.map((n) => fixtureFile(`${dir}/${n}`));
+    const info = await inspectFiles(files);
+    expect(info.format).toBe("safetensors-index");
+    expect(info.totals.tensors).toBeGreaterThan(0);
+    // Without its shards, the index is refused with a line that says what to pick.
+    const alone = files.filter((f) => f.name.endsWith(".index.json"));
+    expect(await failure(inspectFiles(alone))).toMatch(/^model\.safetensors\.index\.json: .*pick the index together with its shards \[InvalidArgument\]$/);
+  });
+
+  it("name a refused input as the command does: file, tensor, rule, [Code]", async () => {
+    const file = new File([safetensorsFile('{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}', 4) as Uint8Array<ArrayBuffer>], "bad.safetensors");
+    expect(await failure(inspectFiles([file]))).toMatch(/^bad\.safetensors: .*\[\w+\]$/);
+  });
+
+  it("abort the sink when the conversion fails, and name the output for a writer's refusal", async () => {
+    const sink = new BlobSink("handwritten.npy");
+    const line = await failure(convertFiles([fixtureFile("json/handwritten.json")], "npy", sink, "handwritten.npy"));
+    expect(line).toMatch(/^handwritten\.npy: a \.npy file holds exactly one array.*\[Unsupported\]$/);
+    expect(() => sink.blob()).toThrow(/not complete/);
+  });
+
+  it("refuse a selection that keeps nothing, unless an empty output is allowed", async () => {
+    const file = fixtureFile("safetensors/mixed.safetensors");
+    expect(await failure(convertFiles([file], "safetensors", new BlobSink(), "x.safetensors", { filter: "^nothing$" }))).toContain("[NothingToWrite]");
+    const sink = new BlobSink();
+    const done = await convertFiles([file], "safetensors", sink, "x.safetensors", { filter: "^nothing$", allowEmpty: true });
+    expect(done.tensors).toBe(0);
+    expect(sink.blob().size).toBeGreaterThan(8);
+  });
+
+  it("stop at the next chunk when the signal fires, with Aborted, leaving no output", async () => {
+    const controller = new AbortController();
+    controller.abort();
+    const sink = new BlobSink();
+    const line = await failure(convertFiles([fixtureFile("npy/sample_model.npz")], "safetensors", sink, "x.safetensors", {}, { signal: controller.signal }));
+    expect(line).toContain("[Aborted]");
+    expect(() => sink.blob()).toThrow();
+  });
+
+  it("plan the bytes a conversion writes: the selection kept, the casts applied", async () => {
+    const info = await inspectFiles([fixtureFile("safetensors/mixed.safetensors")]);
+    expect(plannedBytes(info, compileSettings({}))).toBe(860);
+    // F32 tensors (256 + 32 bytes) halve as BF16.
+    expect(plannedBytes(info, compileSettings({ cast: "F32=BF16" }))).toBe(860 - 144);
+    expect(plannedBytes(info, compileSettings({ filter: "^mask$" }))).toBe(4);
+  });
+});
+
+describe("sinks", () => {
+  it("BlobSink keeps the bytes in order across folds, copying each chunk (the writer reuses its buffer)", async () => {
+    const sink = new BlobSink("out.bin");
+    const buffer = new Uint8Array(3 * 1024 * 1024);
+    const chunks = Math.ceil((2 * BLOB_FOLD_BYTES) / buffer.byteLength) + 1;
+    for (let k = 0; k < chunks; k++) {
+      buffer.fill(k & 0xff);
+      await sink.write(buffer);
+    }
+    await sink.close();
+    const bytes = new Uint8Array(await sink.blob().arrayBuffer());
+    expect(bytes.byteLength).toBe(chunks * buffer.byteLength);
+    for (let k = 0; k < chunks; k++) expect(bytes[k * buffer.byteLength + 12345]).toBe(k & 0xff);
+    await expect(sink.write(buffer)).rejects.toThrow(/closed output/);
+  });
+
+  it("writableSink reports a refused write as Io, naming the file, and aborts once", async () => {
+    let aborts = 0;
+    const sink = writableSink(
+      {
+        write: async () => {
+          throw new Error("quota exceeded");
+        },
+        close: async () => {},
+        abort: async () => {
+          aborts++;
+        },
+      },
+      "big.safetensors",
+    );
+    await expect(sink.write(new Uint8Array(1))).rejects.toThrow("big.safetensors: writing failed: quota exceeded");
+    await sink.abort();
+    await sink.abort();
+    expect(aborts).toBe(1);
+  });
+
+  it("formatSize words sizes as the command does", () => {
+    expect([formatSize(860), formatSize(6792), formatSize(3 * 1024 ** 3)]).toEqual(["860 B", "6.6 KiB", "3.0 GiB"]);
+  });
+});
