@@ -2,6 +2,8 @@
 """Benchmark inputs and the Python reference pipelines that `pnpm bench` times against st-convert.
 
     reference.py gen KIND OUT BYTES       make an input of about BYTES bytes with the reference tools
+    reference.py gen small-FORMAT OUT N   make N F32[2] tensors as FORMAT (safetensors, npz, flax,
+                                          json, npy-folder: one .npy per tensor, safetensors-folder)
     reference.py run PIPELINE IN OUT      run one reference pipeline (what a Python user would type)
 
 Inputs are made by the reference tools themselves (numpy, safetensors, flax) where memory allows;
@@ -93,10 +95,124 @@ def gen_flax(out: str, nbytes: int) -> None:
         f.write(serialization.msgpack_serialize(tree))
 
 
+def small_names(count: int) -> list:
+    """The tensor names of the many-small-tensors inputs: a layered model's, nested five deep for flax."""
+    return [f"model.layers.{i // 10}.block.{i % 10}.weight" for i in range(count)]
+
+
+def small_tensors(count: int) -> dict:
+    data = np.random.default_rng(4).standard_normal((count, 2), dtype=np.float32)
+    return dict(zip(small_names(count), data))
+
+
+def gen_small(kind: str, out: str, count: int) -> None:
+    import os
+
+    from safetensors.numpy import save_file
+
+    tensors = small_tensors(count)
+    if kind == "safetensors":
+        save_file(tensors, out)
+    elif kind == "npz":
+        np.savez(out, **tensors)
+    elif kind == "flax":
+        from flax import serialization, traverse_util
+
+        with open(out, "wb") as f:
+            f.write(serialization.msgpack_serialize(traverse_util.unflatten_dict({tuple(k.split(".")): v for k, v in tensors.items()})))
+    elif kind == "json":
+        with open(out, "w") as f:
+            json.dump({k: {"dtype": "F32", "shape": list(v.shape), "data": v.tolist()} for k, v in tensors.items()}, f)
+    elif kind == "npy-folder":
+        os.makedirs(out, exist_ok=True)
+        for k, v in tensors.items():
+            np.save(os.path.join(out, f"{k}.npy"), v)
+    elif kind == "safetensors-folder":
+        os.makedirs(out, exist_ok=True)
+        for k, v in tensors.items():
+            save_file({k: v}, os.path.join(out, f"{k}.safetensors"))
+    else:
+        raise SystemExit(f"unknown kind small-{kind}")
+
+
+NUMPY_OF = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8, "BOOL": np.bool_}
+SAFETENSORS_OF = {np.dtype(v): k for k, v in NUMPY_OF.items()}
+
+
+def run_small(pipeline: str, src: str, out: str) -> None:
+    """The many-small-tensors pipelines: the same work as st-convert's, each array touched."""
+    import os
+
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    if pipeline.startswith("small-"):
+        run_small(pipeline[len("small-") :], src, out)
+    elif pipeline == "st2st":
+        save_file(load_file(src), out)
+    elif pipeline == "npz2st":
+        with np.load(src) as npz:
+            save_file({k: npz[k] for k in npz.files}, out)
+    elif pipeline == "st2npz":
+        np.savez(out, **load_file(src))
+    elif pipeline == "flax2st":
+        from flax import serialization, traverse_util
+
+        with open(src, "rb") as f:
+            tree = serialization.msgpack_restore(f.read())
+        save_file({".".join(k): v for k, v in traverse_util.flatten_dict(tree).items()}, out)
+    elif pipeline == "st2flax":
+        from flax import serialization, traverse_util
+
+        tree = traverse_util.unflatten_dict({tuple(k.split(".")): v for k, v in load_file(src).items()})
+        with open(out, "wb") as f:
+            f.write(serialization.msgpack_serialize(tree))
+    elif pipeline == "json2st":
+        with open(src) as f:
+            doc = json.load(f)
+        doc.pop("__metadata__", None)
+        save_file({k: np.array(v["data"], dtype=NUMPY_OF[v["dtype"]]).reshape(v["shape"]) for k, v in doc.items()}, out)
+    elif pipeline == "st2json":
+        with open(out, "w") as f:
+            json.dump({k: {"dtype": SAFETENSORS_OF[v.dtype], "shape": list(v.shape), "data": v.tolist()} for k, v in load_file(src).items()}, f)
+    elif pipeline == "npy2st":
+        os.makedirs(out, exist_ok=True)
+        for name in sorted(os.listdir(src)):
+            stem = name[: -len(".npy")]
+            save_file({stem: np.load(os.path.join(src, name))}, os.path.join(out, f"{stem}.safetensors"))
+    elif pipeline == "st2npy":
+        os.makedirs(out, exist_ok=True)
+        for name in sorted(os.listdir(src)):
+            for k, v in load_file(os.path.join(src, name)).items():
+                np.save(os.path.join(out, f"{k}.npy"), v)
+    elif pipeline == "info-safetensors":
+        with safe_open(src, "np") as f:
+            listing = [(k, f.get_slice(k).get_dtype(), f.get_slice(k).get_shape()) for k in f.keys()]
+        print(len(listing))
+    elif pipeline == "info-npz":
+        with np.load(src) as npz:
+            listing = [(k, npz[k].dtype, npz[k].shape) for k in npz.files]
+        print(len(listing))
+    elif pipeline == "info-flax":
+        from flax import serialization, traverse_util
+
+        with open(src, "rb") as f:
+            flat = traverse_util.flatten_dict(serialization.msgpack_restore(f.read()))
+        print(len([(k, v.dtype, v.shape) for k, v in flat.items()]))
+    elif pipeline == "info-json":
+        with open(src) as f:
+            doc = json.load(f)
+        print(len([(k, v["dtype"], v["shape"]) for k, v in doc.items() if k != "__metadata__"]))
+    else:
+        raise SystemExit(f"unknown pipeline small-{pipeline}")
+
+
 def run(pipeline: str, src: str, out: str) -> None:
     from safetensors.numpy import load_file, save_file
 
-    if pipeline == "st2st":
+    if pipeline.startswith("small-"):
+        run_small(pipeline[len("small-") :], src, out)
+    elif pipeline == "st2st":
         save_file(load_file(src), out)
     elif pipeline == "npy2st":
         save_file({"x": np.load(src)}, out)
@@ -143,7 +259,9 @@ def main() -> None:
     command, *args = sys.argv[1:]
     if command == "gen":
         kind, out, nbytes = args[0], args[1], int(args[2])
-        if kind == "safetensors":
+        if kind.startswith("small-"):
+            gen_small(kind[len("small-") :], out, nbytes)
+        elif kind == "safetensors":
             gen_safetensors(out, nbytes)
         elif kind == "many":
             gen_many(out, nbytes)

@@ -1,7 +1,11 @@
 // `pnpm bench`: times st-convert's conversion paths against `cp` of the same file and against the
 // Python reference pipeline, in the same run, interleaved, and writes docs/benchmarks.md.
 //
-//   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--out docs/benchmarks.md]
+//   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--many 50000,500000] [--many-folders N,…] [--out docs/benchmarks.md]
+//
+// `--only many` runs only the many-small-tensors section (50,000 and 500,000 F32[2] tensors, or
+// the counts `--many` gives, in every format, each direction and `info`; the npy-folder rows,
+// one file per tensor, at the counts `--many-folders` gives, by default the same).
 //
 // Inputs are made by the reference tools (bench/reference.py) in bench-out/ (gitignored) and
 // removed at the end. Each contestant runs once untimed before the timed, interleaved runs.
@@ -10,7 +14,7 @@
 // contestant alike.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, mkdirSync, openSync, readSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -26,12 +30,14 @@ const { values } = parseArgs({
     big: { type: "string" },
     out: { type: "string", default: "docs/benchmarks.md" },
     dir: { type: "string", default: "bench-out" },
+    many: { type: "string", default: "50000,500000" },
+    "many-folders": { type: "string" },
   },
 });
 
 const size = parseSize(values.size);
 const runs = Number(values.runs);
-const work = join(root, values.dir);
+const work = resolve(root, values.dir);
 const cli = join(root, "packages", "cli", "dist", "st-convert.js");
 const python = process.env.ST_CONVERT_REF_PYTHON ?? (existsSync(join(root, ".venv-ref/bin/python")) ? join(root, ".venv-ref/bin/python") : undefined);
 const formats = spawnSync(process.execPath, [cli, "--help"], { encoding: "utf8" }).stdout;
@@ -277,7 +283,7 @@ function bigRss(bytes) {
 const mib = (b) => b / 1024 ** 2;
 const fmt = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "n/a");
 
-function report(rows, big) {
+function report(rows, big, many) {
   const pyVersions = python
     ? spawnSync(
         python,
@@ -326,6 +332,7 @@ function report(rows, big) {
     for (const r of big)
       lines.push(`| ${r.name} | ${fmt(mib(r.inputBytes) / 1024, 2)} GiB | ${fmt(r.ours.seconds)} s | ${fmt(r.ours.rssMiB, 0)} MiB | ${fmt(r.cp.seconds)} s |`);
   }
+  lines.push(...manyReport(many));
   lines.push(
     "",
     "## Reading these figures",
@@ -347,6 +354,191 @@ function report(rows, big) {
   return `${lines.join("\n")}\n`;
 }
 
+// ---- many small tensors --------------------------------------------------------------------
+
+/**
+ * The many-small-tensors section: N F32[2] tensors (8 bytes each) in each format, converted to
+ * safetensors and back and listed with `info`, beside the Python code that does the same work
+ * (bench/reference.py `small-*`). Per-tensor costs dominate: the figure is µs per tensor.
+ * `folder`: the npy form is a folder of one .npy per tensor, converted by the batch command into
+ * (or from) a folder of one .safetensors per tensor.
+ */
+const MANY_FORMATS = [
+  { format: "safetensors", input: "many.safetensors", kind: "small-safetensors" },
+  { format: "npz", input: "many.npz", kind: "small-npz" },
+  { format: "flax", input: "many.msgpack", kind: "small-flax" },
+  { format: "json", input: "many.json", kind: "small-json" },
+  { format: "npy", input: "npy", kind: "small-npy-folder", folder: true },
+];
+const MANY_PY_LABELS = {
+  "small-st2st": "load_file + save_file",
+  "small-npz2st": "np.load(npz), every array + save_file",
+  "small-st2npz": "load_file + np.savez",
+  "small-flax2st": "msgpack_restore + flatten + save_file",
+  "small-st2flax": "load_file + unflatten + msgpack_serialize",
+  "small-json2st": "json.load + np.array each + save_file",
+  "small-st2json": "load_file + json.dump(tolist() each)",
+  "small-npy2st": "np.load + save_file, file by file",
+  "small-st2npy": "load_file + np.save, file by file",
+  "small-info-safetensors": "safe_open: keys, dtypes, shapes",
+  "small-info-npz": "np.load(npz): every array's dtype and shape",
+  "small-info-flax": "msgpack_restore + flatten",
+  "small-info-json": "json.load",
+};
+
+/** The section's rows for `count` tensors: each X → safetensors, safetensors → X and info X. */
+function manyRows(count) {
+  const rows = [];
+  for (const f of MANY_FORMATS) {
+    const name = f.folder ? "a folder of .npy → a folder of .safetensors (batch)" : `${f.format} → safetensors`;
+    const py = `small-${f.format === "safetensors" ? "st" : f.format}2st`;
+    rows.push({ name, input: f, output: f.folder ? "out-st" : "out.safetensors", to: "safetensors", py });
+  }
+  for (const f of MANY_FORMATS.filter((f) => f.format !== "safetensors")) {
+    const input = f.folder ? { format: "safetensors", input: "st", kind: "small-safetensors-folder", folder: true } : MANY_FORMATS[0];
+    const output = f.folder ? "out-npy" : `out${extensionOf(f.input)}`;
+    // Python's json.dump spaces and spells numbers its own way: the same tensors, other bytes.
+    const compare = f.format !== "json";
+    rows.push({
+      name: f.folder ? "a folder of .safetensors → a folder of .npy (batch)" : `safetensors → ${f.format}`,
+      input,
+      output,
+      to: f.format,
+      py: `small-st2${f.format}`,
+      compare,
+    });
+  }
+  for (const f of MANY_FORMATS.filter((f) => !f.folder)) rows.push({ name: `info ${f.format}`, input: f, info: true, py: `small-info-${f.format}` });
+  return rows.map((r) => ({ ...r, count }));
+}
+
+function extensionOf(file) {
+  return file.slice(file.lastIndexOf("."));
+}
+
+function manyCommand(variant, row, input, output) {
+  if (variant === "ours") {
+    if (row.info) return [process.execPath, [cli, "info", input]];
+    if (row.input.folder) return [process.execPath, [cli, input, "--out-dir", output, "--to", row.to, "--force", "--quiet"]];
+    return [process.execPath, [cli, input, output, "--force", "--quiet"]];
+  }
+  return [python, [join(root, "bench", "reference.py"), "run", row.py, input, output]];
+}
+
+/** SHA-256 of a file, or of a folder's files by name. */
+function shaOfOutput(path) {
+  if (!statSync(path).isDirectory()) return sha(path);
+  const hash = createHash("sha256");
+  for (const name of readdirSync(path).sort()) hash.update(`${name}\0${sha(join(path, name))}\n`);
+  return hash.digest("hex");
+}
+
+function runManySection(counts, folderCounts) {
+  const results = [];
+  for (const count of [...new Set([...counts, ...folderCounts])].sort((a, b) => a - b)) {
+    const dir = join(work, `many-${count}`);
+    mkdirSync(dir, { recursive: true });
+    const inputs = new Map();
+    /** Each input once per count, made by the reference tools. */
+    const inputFor = (f) => {
+      if (!inputs.has(f.kind)) {
+        const path = join(dir, f.input);
+        console.log(`bench: making ${count} tensors as ${f.kind} …`);
+        const run = spawnSync(python, [join(root, "bench", "reference.py"), "gen", f.kind, path, String(count)], { encoding: "utf8" });
+        if (run.status !== 0) throw new Error(`making ${f.input} failed:\n${run.stderr}`);
+        inputs.set(f.kind, path);
+      }
+      return inputs.get(f.kind);
+    };
+    for (const row of manyRows(count).filter((r) => (r.input.folder ? folderCounts : counts).includes(count))) {
+      if (!hasFormat(row.input.format) || (row.to !== undefined && !hasFormat(row.to))) {
+        console.warn(`bench: skipping "${row.name}": a format is not registered`);
+        continue;
+      }
+      console.log(`bench: ${count.toLocaleString("en")} small tensors, ${row.name} …`);
+      try {
+        results.push(timeManyRow(row, inputFor(row.input), dir));
+      } catch (error) {
+        // One failing row (a command that crashes at this count) leaves the others' figures.
+        const lines = error.message.split("\n");
+        const message = lines.find((line) => line.startsWith("st-convert:")) ?? lines[0];
+        console.warn(`bench: ${row.name} at ${count} failed: ${message}`);
+        results.push({ row, failed: message });
+      }
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return results;
+}
+
+/** One row of the section: interleaved runs of st-convert and its Python equivalent, then the outputs compared. */
+function timeManyRow(row, input, dir) {
+  const output = join(dir, row.output ?? "unused");
+  const variants = ["ours", "py"];
+  const times = { ours: [], py: [] };
+  const runVariant = (variant) => {
+    const run = measureAfterSync(...manyCommand(variant, row, input, output));
+    rmSync(output, { recursive: true, force: true });
+    return run;
+  };
+  for (const variant of variants) runVariant(variant);
+  for (let r = 0; r < runs; r++) {
+    for (let k = 0; k < variants.length; k++) {
+      const variant = variants[(k + r) % variants.length];
+      times[variant].push(runVariant(variant));
+    }
+  }
+  let identical;
+  if (!row.info && row.compare !== false) {
+    const theirs = join(dir, `theirs-${row.output}`);
+    measure(...manyCommand("py", row, input, theirs));
+    measure(...manyCommand("ours", row, input, output));
+    identical = shaOfOutput(theirs) === shaOfOutput(output);
+    rmSync(theirs, { recursive: true, force: true });
+    rmSync(output, { recursive: true, force: true });
+  }
+  const summary = Object.fromEntries(
+    Object.entries(times).map(([v, xs]) => [
+      v,
+      { seconds: median(xs.map((x) => x.seconds)), rssMiB: median(xs.map((x) => x.rssMiB)), all: xs.map((x) => x.seconds) },
+    ]),
+  );
+  console.log(
+    `  st-convert ${fmt(summary.ours.seconds)} s, ${fmt(summary.ours.rssMiB, 0)} MiB; Python ${fmt(summary.py.seconds)} s, ${fmt(summary.py.rssMiB, 0)} MiB; identical: ${identical}`,
+  );
+  return { row, summary, identical };
+}
+
+function manyReport(results) {
+  if (results.length === 0) return [];
+  const lines = [
+    "",
+    "## Many small tensors",
+    "",
+    "Checkpoints of N tensors of F32[2] (8 bytes each: 400 KB of data at 50,000), where per-tensor costs are everything. Each row beside the Python code that does the same work, every array touched (bench/reference.py `small-*`); process start included. The npy form is a folder of one `.npy` per tensor, converted by the batch command (`--out-dir`, 2 jobs) into or from a folder of one `.safetensors` per tensor; the Python code goes file by file.",
+    "",
+    "| path | tensors | st-convert | µs per tensor | peak RSS | Python | Python time (peak RSS) | ratio | same output |",
+    "|---|---|---|---|---|---|---|---|---|",
+  ];
+  for (const { row, summary, identical, failed } of results) {
+    if (failed !== undefined) {
+      lines.push(`| ${row.name} | ${row.count.toLocaleString("en")} | failed: ${failed.replaceAll("|", "\\|")} | | | ${MANY_PY_LABELS[row.py]} | | | |`);
+      continue;
+    }
+    const ours = summary.ours;
+    const py = summary.py;
+    lines.push(
+      `| ${row.name} | ${row.count.toLocaleString("en")} | ${fmt(ours.seconds)} s | ${fmt((ours.seconds / row.count) * 1e6, 1)} | ${fmt(ours.rssMiB, 0)} MiB | ${MANY_PY_LABELS[row.py]} | ${fmt(py.seconds)} s (${fmt(py.rssMiB, 0)} MiB) | ${fmt(ours.seconds / py.seconds)} | ${identical === undefined ? "n/a" : identical ? "yes" : "no"} |`,
+    );
+  }
+  lines.push("", "Raw times (seconds, in run order):", "");
+  for (const { row, summary } of results.filter((r) => r.failed === undefined))
+    lines.push(
+      `- ${row.count.toLocaleString("en")}, ${row.name}: st-convert [${summary.ours.all.map((x) => x.toFixed(2)).join(", ")}]; Python [${summary.py.all.map((x) => x.toFixed(2)).join(", ")}]`,
+    );
+  return lines;
+}
+
 mkdirSync(work, { recursive: true });
 if (python === undefined) console.warn("bench: no reference Python; inputs cannot be made (create .venv-ref as the README says)");
 const selected = cases.filter((c) => (values.only === undefined || c.name.includes(values.only)) && hasFormat(c.format));
@@ -360,9 +552,12 @@ for (const c of selected) {
     `  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}`,
   );
 }
+const wantsMany = values.only === undefined || "many small tensors".includes(values.only);
+const manyCounts = values.many.split(",").map(Number);
+const many = wantsMany && python !== undefined ? runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts) : [];
 // Written before the long big-file runs too, so that an interrupted run still leaves its figures.
-writeFileSync(resolve(root, values.out), report(rows, []));
+writeFileSync(resolve(root, values.out), report(rows, [], many));
 const big = values.big === undefined ? [] : bigRss(parseSize(values.big));
 rmSync(work, { recursive: true, force: true });
-writeFileSync(resolve(root, values.out), report(rows, big));
+writeFileSync(resolve(root, values.out), report(rows, big, many));
 console.log(`bench: wrote ${values.out}`);

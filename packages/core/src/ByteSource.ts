@@ -173,6 +173,53 @@ export async function* readRange(source: ByteSource, offset: number, length: num
   }
 }
 
+/** Options of {@link readAheadSource}. */
+export interface ReadAheadOptions {
+  /** Reads up to this many bytes are served from a window. Default {@link SMALL_READ}. */
+  smallRead?: number;
+  /** Largest window. Default {@link MAX_READ_AHEAD}. */
+  maxReadAhead?: number;
+}
+
+/** Default `smallRead`: a small tensor's bytes or text. */
+export const SMALL_READ = 64 * 1024;
+/** Default `maxReadAhead`: the most memory one window holds. */
+export const MAX_READ_AHEAD = 1024 * 1024;
+
+/**
+ * A source whose small reads come from a window read ahead of them: while reads move forward
+ * through the source (as a writer pulls 50,000 small tensors in file order), one read of up to
+ * `maxReadAhead` bytes serves many of them, where each would otherwise pay an asynchronous read
+ * (tens of µs). The window doubles with every forward step and starts again from the bytes asked
+ * for when a read jumps back or far ahead, so random access reads no more than it asks for.
+ * Larger reads pass through. Windows are never written again: the views handed out stay valid.
+ */
+export function readAheadSource(source: ByteSource, options: ReadAheadOptions = {}): ByteSource {
+  const small = options.smallRead ?? SMALL_READ;
+  const max = Math.max(small, options.maxReadAhead ?? MAX_READ_AHEAD);
+  let windowStart = 0;
+  let window: Uint8Array | undefined;
+  let ahead = 0;
+  const wrapped: ByteSource = {
+    size: source.size,
+    name: source.name,
+    async read(offset: number, length: number): Promise<Uint8Array> {
+      checkRange(wrapped, offset, length);
+      if (length > small) return source.read(offset, length);
+      if (window !== undefined && offset >= windowStart && offset + length <= windowStart + window.byteLength) {
+        return window.subarray(offset - windowStart, offset - windowStart + length);
+      }
+      const forward = window !== undefined && offset >= windowStart && offset <= windowStart + window.byteLength + small;
+      ahead = forward ? Math.min(max, Math.max(2 * ahead, 2 * length)) : length;
+      const bytes = await source.read(offset, Math.min(source.size - offset, Math.max(length, ahead)));
+      windowStart = offset;
+      window = bytes;
+      return bytes.subarray(0, length);
+    },
+  };
+  return wrapped;
+}
+
 /**
  * A sink that writes into `out` from its first byte on, for outputs whose size is known before
  * writing (no copy beyond the one into `out`).

@@ -54,7 +54,15 @@ export type CommonErrorCode =
   /** The conversion was stopped by the caller (signal, abort). */
   | "Aborted"
   /** A sharded checkpoint's index is malformed, names a file outside its folder, or disagrees with its shards. */
-  | "InvalidIndex";
+  | "InvalidIndex"
+  /** A cast meets a value its target dtype cannot hold (an integer out of range, a BOOL byte other than 0 or 1). */
+  | "CastOutOfRange"
+  /** An HTTP request failed: an error status, a broken redirect, or a network failure past the retries. */
+  | "HttpError"
+  /** A server that does not serve the byte ranges asked (answers 200 with the whole file, or another range). */
+  | "RangeNotSupported"
+  /** A file changed while it was being read (another ETag, Last-Modified or size between two requests). */
+  | "SourceChanged";
 
 export type CoreErrorCode = SafetensorsErrorCode | CommonErrorCode;
 

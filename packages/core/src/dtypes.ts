@@ -109,11 +109,19 @@ export function dtypeInfo(code: string): DtypeInfo {
  *   `Unsupported` when the length is past `Number.MAX_SAFE_INTEGER`.
  */
 export function tensorByteLength(dtype: Dtype, shape: readonly number[]): number {
-  const bits = shapeProduct(shape) * BigInt(dtypeInfo(dtype).bits);
-  if (bits % 8n !== 0n) {
-    throw new StConvertError("MisalignedSlice", `${dtype} tensor of shape [${shape.join(", ")}] holds ${bits} bits, which does not end on a byte boundary`);
+  const { bits } = dtypeInfo(dtype);
+  // Doubles are exact while every dim and product stays at or below 2^53 − 1; BigInt past that.
+  let product = bits;
+  for (let k = 0; k < shape.length && product <= Number.MAX_SAFE_INTEGER; k++) {
+    const dim = shape[k]!;
+    product = Number.isSafeInteger(dim) ? product * dim : Number.NaN;
   }
-  return toSafeNumber(bits / 8n, "tensor byte length");
+  const exact = product <= Number.MAX_SAFE_INTEGER;
+  const total = exact ? product : shapeProduct(shape) * BigInt(bits);
+  if (exact ? product % 8 !== 0 : (total as bigint) % 8n !== 0n) {
+    throw new StConvertError("MisalignedSlice", `${dtype} tensor of shape [${shape.join(", ")}] holds ${total} bits, which does not end on a byte boundary`);
+  }
+  return exact ? product / 8 : toSafeNumber((total as bigint) / 8n, "tensor byte length");
 }
 
 /** Elements in a tensor of this shape (1 for a 0-d tensor). */

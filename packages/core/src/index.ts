@@ -9,15 +9,20 @@ export {
   type ScratchFactory,
   type ScratchSpace,
   DEFAULT_CHUNK_SIZE,
+  MAX_READ_AHEAD,
   MemorySink,
+  type ReadAheadOptions,
+  SMALL_READ,
   arraySink,
   blobSource,
   bytesSource,
   checkRange,
   type ReadRangeOptions,
+  readAheadSource,
   readRange,
   toByteSource,
 } from "./ByteSource.js";
+export { NameIndex } from "./NameIndex.js";
 export { DTYPES, type Dtype, type DtypeInfo, dtypeFromNumpyName, dtypeInfo, elementCount, isDtype, tensorByteLength, toSafeNumber } from "./dtypes.js";
 export {
   MAX_HEADER_DEPTH,
@@ -27,7 +32,9 @@ export {
   parseSafetensorsHeader,
 } from "./parseSafetensorsHeader.js";
 export {
+  COALESCED_READ_SIZE,
   MAX_HEADER_SIZE,
+  SMALL_TENSOR_SIZE,
   type SafetensorsFile,
   type SafetensorsLayout,
   type SafetensorsReadOptions,
@@ -56,6 +63,7 @@ export {
   type TensorInfo,
   type TensorSource,
   checkMetadata,
+  checkShapeOverflow,
   checkedByteLength,
   compareCodePoints,
   createMetadata,
@@ -75,3 +83,29 @@ export {
 } from "./safetensorsIndex.js";
 export { type FormatContext, type FormatOption, type FormatOptionValues, type TensorFormat, fileStem, stringListOption, stringOption } from "./TensorFormat.js";
 export { LITTLE_ENDIAN, swapBytesInPlace, swapBytesPortable } from "./swapBytes.js";
+export {
+  type CastKernel,
+  FLOAT_CAST_DTYPES,
+  INTEGER_CAST_DTYPES,
+  INTEGER_RANGES,
+  canCast,
+  castKernel,
+  checkCastable,
+  isFloatCastDtype,
+  isIntegerCastDtype,
+} from "./castKernels.js";
+export { castTensor } from "./castTensor.js";
+export { type CastRule, castTarget, castTensors, formatCastRules, parseCastRule } from "./parseCastRule.js";
+export {
+  HTTP_READ_AHEAD,
+  HTTP_STALL_TIMEOUT_MS,
+  type HttpSource,
+  type HttpSourceOptions,
+  MAX_HTTP_ATTEMPTS,
+  MAX_PARALLEL_REQUESTS,
+  MAX_REDIRECTS,
+  MAX_REQUEST_SIZE,
+  MAX_RETRY_DELAY_MS,
+  RETRY_BASE_DELAY_MS,
+  openHttpSource,
+} from "./HttpSource.js";

@@ -5,9 +5,10 @@
  * `read_metadata`, `Metadata::validate`, `prepare`, `serialize`). Layout: u64 LE header length N,
  * N bytes of UTF-8 JSON padded with spaces, then the tensors' bytes, contiguous, in offset order.
  */
-import { type ByteInput, type ByteSink, type ByteSource, arraySink, readRange, toByteSource } from "./ByteSource.js";
-import { type Dtype, dtypeInfo, toSafeNumber } from "./dtypes.js";
-import { MAX_HEADER_DEPTH, type ParsedSafetensorsHeader, parseSafetensorsHeader } from "./parseSafetensorsHeader.js";
+import { type ByteInput, type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, arraySink, readRange, toByteSource } from "./ByteSource.js";
+import { DTYPES, type Dtype, dtypeInfo, toSafeNumber } from "./dtypes.js";
+import { NameIndex } from "./NameIndex.js";
+import { type HeaderTable, MAX_HEADER_DEPTH, exactBegin, exactDim, exactEnd, parseHeaderTable } from "./parseSafetensorsHeader.js";
 import { StConvertError, quoteName, withContext } from "./StConvertError.js";
 import {
   type ChunkOptions,
@@ -16,6 +17,7 @@ import {
   type TensorInfo,
   type TensorSource,
   checkMetadata,
+  checkShapeOverflow,
   checkedByteLength,
   compareCodePoints,
   hasLoneSurrogate,
@@ -57,8 +59,17 @@ export interface SafetensorsFile extends TensorSource {
   tensor(name: string): SafetensorsTensor;
 }
 
-const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const utf8Encoder = new TextEncoder();
+
+/**
+ * Tensors up to this many bytes are read together with their neighbours in file order: one read
+ * of up to {@link COALESCED_READ_SIZE} bytes serves a run of them, instead of an asynchronous read
+ * (tens of µs) for each of 50,000 tiny tensors.
+ */
+export const SMALL_TENSOR_SIZE = 64 * 1024;
+
+/** Largest read that serves several small tensors (the memory one window of them holds). */
+export const COALESCED_READ_SIZE = 1024 * 1024;
 
 /**
  * Reads and validates a safetensors header; tensor bytes are read later, on demand.
@@ -67,6 +78,10 @@ const utf8Encoder = new TextEncoder();
  * before the file length, UTF-8, the JSON schema, then per tensor in offset order: contiguous
  * offsets, overflow-checked element and bit counts, byte boundaries, byte lengths; finally, that
  * the tensors cover the file exactly.
+ *
+ * Memory: the header's bytes while it is parsed, then its names and about 100 bytes per tensor.
+ * Small tensors adjacent in the file are read together (see {@link SMALL_TENSOR_SIZE}) when they
+ * are asked for in file order, as writers do.
  *
  * @throws StConvertError with a code named after the reference's error (`HeaderTooLarge`,
  *   `InvalidOffset`, `ValidationOverflow`, `TensorInvalidInfo`, `MetadataIncompleteBuffer`, …),
@@ -90,100 +105,330 @@ export async function readSafetensors(input: ByteInput, options: SafetensorsRead
     fail("InvalidHeaderLength", `invalid header length: ${headerLength} bytes declared, but the file has only ${source.size - 8} after the length`);
   }
 
-  let text: string;
+  let table: HeaderTable;
   try {
-    text = utf8.decode(await source.read(8, headerLength));
-  } catch (error) {
-    if (error instanceof TypeError) fail("InvalidHeader", "invalid UTF-8 in header");
-    throw error;
-  }
-
-  let parsed: ParsedSafetensorsHeader;
-  try {
-    parsed = parseSafetensorsHeader(text, { maxDepth: options.maxDepth });
+    // The header's bytes are referenced only here: they can go as soon as the table is built.
+    table = parseHeaderTable(await source.read(8, headerLength), { maxDepth: options.maxDepth });
   } catch (error) {
     throw withContext(error, { file: source.name });
   }
-
-  // Sorting by (begin, end) is stable, so tensors at the same offsets keep header order (the
-  // reference keeps HashMap order there, which is random; the error raised is the same either way).
-  const order = [...parsed.tensors].sort((a, b) => (a.begin < b.begin ? -1 : a.begin > b.begin ? 1 : a.end < b.end ? -1 : a.end > b.end ? 1 : 0));
-  const dataStart = 8 + headerLength;
-  const u64Max = (1n << 64n) - 1n;
-  let start = 0n;
-  const tensors: SafetensorsTensor[] = [];
-  for (const raw of order) {
-    const { name, begin, end } = raw;
-    if (begin !== start || end < begin) {
-      fail("InvalidOffset", `invalid offset: data_offsets [${begin}, ${end}] do not start where the previous tensor ends (${start})`, name);
-    }
-    let elements = 1n;
-    for (const dim of raw.shape) {
-      elements *= dim;
-      if (elements > u64Max) fail("ValidationOverflow", `overflow computing buffer size from shape [${raw.shape.join(", ")}]`, name);
-    }
-    const bits = elements * BigInt(dtypeInfo(raw.dtype).bits);
-    if (bits > u64Max) fail("ValidationOverflow", `overflow computing buffer size from shape [${raw.shape.join(", ")}] and dtype ${raw.dtype}`, name);
-    if (bits % 8n !== 0n) {
-      fail("MisalignedSlice", `${raw.dtype} shape [${raw.shape.join(", ")}] holds ${bits} bits, which does not end on a byte boundary`, name);
-    }
-    if (end - begin !== bits / 8n) {
-      fail(
-        "TensorInvalidInfo",
-        `invalid shape, data type, or offset: ${raw.dtype} [${raw.shape.join(", ")}] needs ${bits / 8n} bytes, data_offsets [${begin}, ${end}] hold ${end - begin}`,
-        name,
-      );
-    }
-    start = end;
-    tensors.push(
-      fileTensor(source, dataStart, {
-        name,
-        dtype: raw.dtype,
-        shape: raw.shape.map((dim) => safeDim(dim, name, source.name)),
-        // Within the file (checked just below, before any tensor is read), so below 2^53.
-        begin: Number(begin),
-        end: Number(end),
-      }),
-    );
+  const data = new FileData(source, 8 + headerLength);
+  let fileIndex: Uint32Array;
+  try {
+    fileIndex = validateLayout(table, data, fail);
+  } catch (error) {
+    throw withContext(error, { file: source.name });
   }
-  if (start + BigInt(dataStart) !== BigInt(source.size)) {
-    fail(
-      "MetadataIncompleteBuffer",
-      `incomplete metadata, file not fully covered: the tensors end at byte ${start + BigInt(dataStart)} of a ${source.size}-byte file`,
-    );
-  }
-
-  const byName = new Map(tensors.map((t) => [t.name, t]));
+  const { nameIndex } = table;
+  const tensors = data.tensors;
   return {
     format: "safetensors",
-    metadata: parsed.metadata,
+    metadata: table.metadata,
     headerLength,
     tensors,
     tensor(name: string): SafetensorsTensor {
-      const found = byName.get(name);
-      if (found === undefined) fail("TensorNotFound", "tensor not found", name);
-      return found!;
+      const found = nameIndex.get(name);
+      if (found === -1) fail("TensorNotFound", "tensor not found", name);
+      return tensors[fileIndex[found]!]!;
     },
   };
 }
 
-function safeDim(dim: bigint, tensor: string, file: string | undefined): number {
-  try {
-    return toSafeNumber(dim, "dimension");
-  } catch (error) {
-    throw withContext(error, { file, tensor });
+type Fail = (code: string, rule: string, tensor?: string) => never;
+
+/**
+ * The reference's `Metadata::validate` over a parsed header, tensor by tensor in offset order,
+ * then `read_metadata`'s check that the tensors cover the file. Fills `data.tensors` in offset
+ * order and returns, for each header position, the tensor's index there.
+ */
+function validateLayout(table: HeaderTable, data: FileData, fail: Fail): Uint32Array {
+  const { count, names, dtypes, begins, ends, shapeStarts, dims } = table;
+  // Offset order, by (begin, end); ties keep header order (the reference keeps HashMap order
+  // there, which is random; the error raised is the same either way). Files are usually in
+  // offset order already: that is checked in one pass, and only other files are sorted.
+  const exact = table.wideValues.size === 0;
+  const compare = (a: number, b: number): number => (exact ? begins[a]! - begins[b]! || ends[a]! - ends[b]! : compareOffsets(table, a, b)) || a - b;
+  let sorted = true;
+  for (let i = 1; i < count && sorted; i++) sorted = compare(i - 1, i) < 0;
+  const order = Array.from({ length: count }, (_, i) => i);
+  if (!sorted) order.sort(compare);
+
+  const shapes = new ShapeCache();
+  const fileIndex = new Uint32Array(count);
+  const tensors = data.tensors;
+  // Where the next tensor must start: exact below 2^53, else in `wideStart` (and NaN here).
+  let start = 0;
+  let wideStart: bigint | undefined;
+  for (let k = 0; k < count; k++) {
+    const i = order[k]!;
+    const name = names[i]!;
+    const dtype = DTYPES[dtypes[i]!]!;
+    const begin = begins[i]!;
+    const end = ends[i]!;
+    // Doubles are exact while every value and product stays at or below 2^53 − 1 (NaN stands for
+    // a larger value); past that, the reference's u64 rules are applied in BigInt.
+    let bits = 1;
+    if (wideStart === undefined && begin === start && end >= begin) {
+      for (let j = shapeStarts[i]!; j < shapeStarts[i + 1]! && bits <= Number.MAX_SAFE_INTEGER; j++) bits *= dims[j]!;
+      bits *= dtype.bits;
+    } else bits = Number.NaN;
+    if (bits <= Number.MAX_SAFE_INTEGER) {
+      if (bits % 8 !== 0) {
+        fail("MisalignedSlice", `${dtype.code} shape [${shapeText(table, i)}] holds ${bits} bits, which does not end on a byte boundary`, name);
+      }
+      if (end - begin !== bits / 8) {
+        fail(
+          "TensorInvalidInfo",
+          `invalid shape, data type, or offset: ${dtype.code} [${shapeText(table, i)}] needs ${bits / 8} bytes, data_offsets [${begin}, ${end}] hold ${end - begin}`,
+          name,
+        );
+      }
+      start = end;
+    } else {
+      const next = validateExactly(table, i, wideStart ?? BigInt(start), fail);
+      if (next <= BigInt(Number.MAX_SAFE_INTEGER)) {
+        start = Number(next);
+        wideStart = undefined;
+      } else {
+        start = Number.NaN;
+        wideStart = next;
+      }
+    }
+    fileIndex[i] = k;
+    tensors.push(new FileTensor(data, k, name, dtype.code, shapes.get(table, i, name), begin, end - begin));
+  }
+  const covered = wideStart ?? BigInt(start);
+  if (covered !== BigInt(data.size - data.start)) {
+    fail(
+      "MetadataIncompleteBuffer",
+      `incomplete metadata, file not fully covered: the tensors end at byte ${covered + BigInt(data.start)} of a ${data.size}-byte file`,
+    );
+  }
+  return fileIndex;
+}
+
+/** Offset order of header positions `a` and `b`, for headers with offsets past 2^53 − 1. */
+function compareOffsets(table: HeaderTable, a: number, b: number): number {
+  const [x, y] = [exactBegin(table, a), exactBegin(table, b)];
+  if (x !== y) return x < y ? -1 : 1;
+  const [u, v] = [exactEnd(table, a), exactEnd(table, b)];
+  return u < v ? -1 : u > v ? 1 : 0;
+}
+
+/**
+ * One tensor's layout rules in u64 arithmetic, as the reference applies them (for values or
+ * products past 2^53 − 1, which doubles cannot hold). Returns where the next tensor must start.
+ */
+function validateExactly(table: HeaderTable, i: number, start: bigint, fail: Fail): bigint {
+  const name = table.names[i]!;
+  const dtype = DTYPES[table.dtypes[i]!]!;
+  const begin = exactBegin(table, i);
+  const end = exactEnd(table, i);
+  const u64Max = (1n << 64n) - 1n;
+  if (begin !== start || end < begin) {
+    fail("InvalidOffset", `invalid offset: data_offsets [${begin}, ${end}] do not start where the previous tensor ends (${start})`, name);
+  }
+  let elements = 1n;
+  for (let j = table.shapeStarts[i]!; j < table.shapeStarts[i + 1]!; j++) {
+    elements *= exactDim(table, j);
+    if (elements > u64Max) fail("ValidationOverflow", `overflow computing buffer size from shape [${shapeText(table, i)}]`, name);
+  }
+  const bits = elements * BigInt(dtype.bits);
+  if (bits > u64Max) fail("ValidationOverflow", `overflow computing buffer size from shape [${shapeText(table, i)}] and dtype ${dtype.code}`, name);
+  if (bits % 8n !== 0n) {
+    fail("MisalignedSlice", `${dtype.code} shape [${shapeText(table, i)}] holds ${bits} bits, which does not end on a byte boundary`, name);
+  }
+  if (end - begin !== bits / 8n) {
+    fail(
+      "TensorInvalidInfo",
+      `invalid shape, data type, or offset: ${dtype.code} [${shapeText(table, i)}] needs ${bits / 8n} bytes, data_offsets [${begin}, ${end}] hold ${end - begin}`,
+      name,
+    );
+  }
+  return end;
+}
+
+function shapeText(table: HeaderTable, i: number): string {
+  const dims: bigint[] = [];
+  for (let j = table.shapeStarts[i]!; j < table.shapeStarts[i + 1]!; j++) dims.push(exactDim(table, j));
+  return dims.join(", ");
+}
+
+const EMPTY_SHAPE: readonly number[] = Object.freeze([]);
+
+/**
+ * One frozen shape array per distinct shape: checkpoints repeat a few shapes over thousands of
+ * tensors, and an array per tensor would cost more than the rest of its entry.
+ */
+class ShapeCache {
+  readonly #byKey = new Map<string | number, readonly number[]>();
+
+  /**
+   * The shape of header position `i`.
+   * @throws StConvertError `Unsupported` for a dimension past 2^53 − 1.
+   */
+  get(table: HeaderTable, i: number, name: string): readonly number[] {
+    const from = table.shapeStarts[i]!;
+    const to = table.shapeStarts[i + 1]!;
+    if (from === to) return EMPTY_SHAPE;
+    const { dims } = table;
+    let key: string | number = dims[from]!;
+    for (let j = from + 1; j < to; j++) key = `${key},${dims[j]}`;
+    let shape = this.#byKey.get(key);
+    if (shape === undefined) {
+      const values: number[] = [];
+      for (let j = from; j < to; j++) {
+        try {
+          values.push(toSafeNumber(exactDim(table, j), "dimension"));
+        } catch (error) {
+          throw withContext(error, { tensor: name });
+        }
+      }
+      shape = Object.freeze(values);
+      this.#byKey.set(key, shape);
+    }
+    return shape;
   }
 }
 
-function fileTensor(source: ByteSource, dataStart: number, t: { name: string; dtype: Dtype; shape: number[]; begin: number; end: number }): SafetensorsTensor {
-  return {
-    name: t.name,
-    dtype: t.dtype,
-    shape: t.shape,
-    byteLength: t.end - t.begin,
-    dataOffsets: [t.begin, t.end],
-    chunks: (options: ChunkOptions = {}) => readRange(source, dataStart + t.begin, t.end - t.begin, options),
-  };
+/** A window of file bytes holding tensors `first` to `last` − 1 (in file order). */
+interface Window {
+  readonly first: number;
+  readonly last: number;
+  /** Where `bytes` starts, relative to the byte buffer. */
+  readonly offset: number;
+  readonly bytes: Uint8Array;
+}
+
+/** What a file's tensors share: the source, where the byte buffer starts, and the last window read. */
+class FileData {
+  /** The tensors in file order. */
+  readonly tensors: FileTensor[] = [];
+  #window: Window | undefined;
+  /** How many tensors the next window may hold: doubled while they are asked for in file order. */
+  #run = 1;
+
+  constructor(
+    readonly source: ByteSource,
+    /** Offset of the byte buffer in the file. */
+    readonly start: number,
+  ) {}
+
+  get size(): number {
+    return this.source.size;
+  }
+
+  chunks(tensor: FileTensor, options: ChunkOptions): AsyncIterable<Uint8Array> {
+    if (tensor.byteLength > SMALL_TENSOR_SIZE || tensor.byteLength === 0) {
+      return readRange(this.source, this.start + tensor.begin, tensor.byteLength, options);
+    }
+    return new SmallTensorChunks(this, tensor, options.chunkSize ?? DEFAULT_CHUNK_SIZE);
+  }
+
+  /** The window holding `tensor`: the last one read, or a new one. */
+  window(tensor: FileTensor): Window | Promise<Window> {
+    const w = this.#window;
+    return w !== undefined && tensor.index >= w.first && tensor.index < w.last ? w : this.#load(tensor);
+  }
+
+  /**
+   * Reads a window from `tensor` on: only that tensor when tensors are asked for out of file
+   * order (a read of neighbours would be wasted), twice as many tensors as last time when the
+   * tensor is the one right after the last window, up to {@link COALESCED_READ_SIZE} bytes, small
+   * tensors only.
+   */
+  async #load(tensor: FileTensor): Promise<Window> {
+    const previous = this.#window;
+    this.#run = previous !== undefined && tensor.index === previous.last ? this.#run * 2 : 1;
+    const { tensors } = this;
+    const limit = Math.min(tensors.length, tensor.index + this.#run);
+    let last = tensor.index + 1;
+    let end = tensor.begin + tensor.byteLength;
+    for (; last < limit; last++) {
+      const next = tensors[last]!;
+      const nextEnd = next.begin + next.byteLength;
+      if (next.byteLength > SMALL_TENSOR_SIZE || nextEnd - tensor.begin > COALESCED_READ_SIZE) break;
+      end = nextEnd;
+    }
+    const w = { first: tensor.index, last, offset: tensor.begin, bytes: await this.source.read(this.start + tensor.begin, end - tensor.begin) };
+    this.#window = w;
+    return w;
+  }
+}
+
+/**
+ * The chunks of a small tensor, as views of its window: an iterator by hand, since an async
+ * generator costs more than the copy of a tensor of a few bytes. The window is never written
+ * again, so the views stay valid (as `ByteSource.read` promises).
+ */
+class SmallTensorChunks implements AsyncIterableIterator<Uint8Array> {
+  #at = 0;
+  #bytes: Uint8Array | undefined;
+
+  constructor(
+    private readonly storage: FileData,
+    private readonly tensor: FileTensor,
+    private readonly chunkSize: number,
+  ) {}
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<Uint8Array>> {
+    if (this.#bytes === undefined && this.#at < this.tensor.byteLength) {
+      const w = this.storage.window(this.tensor);
+      // A window already read is used without waiting a turn.
+      if (w instanceof Promise) return w.then((w) => this.#step(w));
+      return Promise.resolve(this.#step(w));
+    }
+    return Promise.resolve(this.#step(undefined));
+  }
+
+  #step(w: Window | undefined): IteratorResult<Uint8Array> {
+    const { byteLength } = this.tensor;
+    if (this.#at >= byteLength) return { done: true, value: undefined };
+    if (w !== undefined) {
+      const from = this.tensor.begin - w.offset;
+      this.#bytes = w.bytes.subarray(from, from + byteLength);
+    }
+    const bytes = this.#bytes!;
+    const at = this.#at;
+    this.#at = Math.min(byteLength, at + this.chunkSize);
+    return { done: false, value: at === 0 && this.#at === byteLength ? bytes : bytes.subarray(at, this.#at) };
+  }
+
+  async return(): Promise<IteratorResult<Uint8Array>> {
+    this.#at = this.tensor.byteLength;
+    return { done: true, value: undefined };
+  }
+}
+
+/**
+ * One tensor of a safetensors file. A class, not an object literal with a closure per tensor:
+ * a file of 500,000 tensors makes 500,000 of them. Wrap it (as a rename does) rather than copy
+ * it with `{ ...tensor }`, which keeps neither `chunks()` nor `dataOffsets`.
+ */
+class FileTensor implements SafetensorsTensor {
+  constructor(
+    readonly storage: FileData,
+    /** Position in file order. */
+    readonly index: number,
+    readonly name: string,
+    readonly dtype: Dtype,
+    readonly shape: readonly number[],
+    /** `data_offsets[0]`. */
+    readonly begin: number,
+    readonly byteLength: number,
+  ) {}
+
+  get dataOffsets(): readonly [number, number] {
+    return [this.begin, this.begin + this.byteLength];
+  }
+
+  chunks(options: ChunkOptions = {}): AsyncIterable<Uint8Array> {
+    return this.storage.chunks(this, options);
+  }
 }
 
 /** Options of {@link writeSafetensors}. */
@@ -210,51 +455,155 @@ export interface SafetensorsLayout<T extends TensorInfo = TensorInfo> {
  * Orders tensors and builds the header the reference writer would build for them: tensors by dtype
  * rank descending, then name in code-point order; compact JSON with `__metadata__` first (its keys
  * sorted, since the reference's HashMap order is random); fields `dtype, shape, data_offsets`;
- * spaces to a multiple of 8.
- * @throws StConvertError `DuplicateKey`, `InvalidName`, `InvalidMetadata`, `TensorInvalidInfo`,
- *   `MisalignedSlice`, `HeaderTooLarge`.
+ * spaces to a multiple of 8. Refuses, naming the tensor, anything the reference reader would
+ * refuse in the file it makes (a shape whose dims overflow u64 before a 0 empties it).
+ * @throws StConvertError `DuplicateKey`, `InvalidName`, `InvalidMetadata`, `UnknownDtype`,
+ *   `TensorInvalidInfo`, `MisalignedSlice`, `ValidationOverflow`, `HeaderTooLarge`.
  */
 export function layoutSafetensors<T extends TensorInfo>(
   tensors: readonly T[],
   metadata: Metadata | null = null,
   maxHeaderSize = MAX_HEADER_SIZE,
 ): SafetensorsLayout<T> {
+  const plan = planSafetensors(tensors, metadata, maxHeaderSize);
+  const header = new Uint8Array(8 + plan.headerLength);
+  let at = 0;
+  for (const piece of plan.header) {
+    header.set(piece, at);
+    at += piece.byteLength;
+  }
+  const { order, starts } = plan;
+  return {
+    header,
+    order,
+    get offsets() {
+      return order.map((_, k) => [starts[k]!, starts[k + 1]!] as const);
+    },
+    fileSize: plan.fileSize,
+  };
+}
+
+/** {@link SafetensorsLayout}, with the header in pieces (a 100 MB header is written without a copy of it). */
+interface SafetensorsPlan<T> {
+  /** The 8-byte length, the JSON in pieces, the padding. */
+  readonly header: Uint8Array[];
+  /** N, the header's length after the 8 bytes. */
+  readonly headerLength: number;
+  readonly order: T[];
+  /** Where `order[k]` starts in the byte buffer; `starts[order.length]` is the buffer's size. */
+  readonly starts: Float64Array;
+  readonly fileSize: number;
+}
+
+function planSafetensors<T extends TensorInfo>(tensors: readonly T[], metadata: Metadata | null, maxHeaderSize: number): SafetensorsPlan<T> {
   checkMetadata(metadata);
-  const seen = new Set<string>();
-  for (const t of tensors) {
-    if (seen.has(t.name)) throw new StConvertError("DuplicateKey", "duplicate tensor name", { tensor: t.name });
-    seen.add(t.name);
+  const count = tensors.length;
+  const ranks = new Uint8Array(count);
+  const lengths = new Float64Array(count);
+  // Names with no UTF-16 unit from U+D800 up compare in code-point order with `<`, natively.
+  const plain = new Uint8Array(count);
+  for (let i = 0; i < count; i++) {
+    const t = tensors[i]!;
     if (t.name === "__metadata__") throw new StConvertError("InvalidName", "the name `__metadata__` is reserved for the metadata", { tensor: t.name });
     checkWellFormed(t.name, { tensor: t.name });
+    lengths[i] = checkedByteLength(t);
+    checkShapeOverflow(t);
+    ranks[i] = dtypeInfo(t.dtype).rank;
+    plain[i] = HIGH_UNIT.test(t.name) ? 0 : 1;
   }
-  const order = [...tensors].sort((a, b) => dtypeInfo(b.dtype).rank - dtypeInfo(a.dtype).rank || compareCodePoints(a.name, b.name));
+  const compare = (a: number, b: number): number => {
+    const rank = ranks[b]! - ranks[a]!;
+    if (rank !== 0) return rank;
+    const x = tensors[a]!.name;
+    const y = tensors[b]!.name;
+    return plain[a]! & plain[b]! ? (x < y ? -1 : x > y ? 1 : 0) : compareCodePoints(x, y);
+  };
+  // Readers of safetensors files hand their tensors over in this order already: checked in one
+  // pass, sorted only when not. In order, and all of one dtype, the names are unique already.
+  const positions = Array.from({ length: count }, (_, i) => i);
+  let sorted = true;
+  for (let i = 1; i < count && sorted; i++) sorted = compare(i - 1, i) < 0;
+  if (!sorted) positions.sort(compare);
+  if (!sorted || ranks[0] !== ranks[count - 1]) {
+    const seen = new NameIndex();
+    for (const t of tensors) if (!seen.add(t.name)) throw new StConvertError("DuplicateKey", "duplicate tensor name", { tensor: t.name });
+  }
 
-  const parts: string[] = [];
+  const json = new HeaderText();
+  json.add("{");
   if (metadata !== null) {
     const keys = Object.keys(metadata).sort(compareCodePoints);
     for (const key of keys) {
       checkWellFormed(key, {});
       checkWellFormed(metadata[key]!, {});
     }
-    parts.push(`"__metadata__":{${keys.map((k) => `${JSON.stringify(k)}:${JSON.stringify(metadata[k])}`).join(",")}}`);
+    json.add(`"__metadata__":{${keys.map((k) => `${JSON.stringify(k)}:${JSON.stringify(metadata[k])}`).join(",")}}`);
   }
-  const offsets: [number, number][] = [];
+  const order: T[] = new Array(count);
+  const starts = new Float64Array(count + 1);
   let at = 0;
-  for (const t of order) {
-    const length = checkedByteLength(t);
-    offsets.push([at, at + length]);
-    parts.push(`${JSON.stringify(t.name)}:{"dtype":"${t.dtype}","shape":[${t.shape.join(",")}],"data_offsets":[${at},${at + length}]}`);
-    at += length;
+  for (let k = 0; k < count; k++) {
+    const t = tensors[positions[k]!]!;
+    const end = at + lengths[positions[k]!]!;
+    order[k] = t;
+    starts[k] = at;
+    const name = NEEDS_ESCAPE.test(t.name) ? JSON.stringify(t.name) : `"${t.name}"`;
+    json.add(`${k > 0 || metadata !== null ? "," : ""}${name}:{"dtype":"${t.dtype}","shape":[${t.shape.join(",")}],"data_offsets":[${at},${end}]}`);
+    at = end;
   }
-  const json = utf8Encoder.encode(`{${parts.join(",")}}`);
-  const headerLength = Math.ceil(json.byteLength / 8) * 8;
-  if (headerLength > maxHeaderSize) {
-    throw new StConvertError("HeaderTooLarge", `header too large: ${headerLength} bytes, the limit is ${maxHeaderSize}`);
+  starts[count] = at;
+  json.add("}");
+  const header = json.finish(maxHeaderSize);
+  const headerLength = header.reduce((n, piece) => n + piece.byteLength, -8);
+  return { header, headerLength, order, starts, fileSize: 8 + headerLength + at };
+}
+
+/** A UTF-16 unit from U+D800 up: `<` orders strings without any in code-point order. */
+const HIGH_UNIT = /[\ud800-\uffff]/;
+/** What JSON.stringify escapes in a string (lone surrogates aside, refused before). */
+const NEEDS_ESCAPE = /["\\\u0000-\u001f]/;
+
+/** Characters of header text joined before they are encoded: large enough to amortize the encoder call. */
+const HEADER_PIECE = 1 << 18;
+
+/**
+ * Header text accumulated as UTF-8 pieces of about {@link HEADER_PIECE} characters: a 100 MB
+ * header costs its bytes once, not as entry strings, a joined string, its encoding and a copy.
+ */
+class HeaderText {
+  readonly #pieces: Uint8Array[] = [];
+  #bytes = 0;
+  #pending: string[] = [];
+  #pendingLength = 0;
+
+  add(text: string): void {
+    this.#pending.push(text);
+    this.#pendingLength += text.length;
+    if (this.#pendingLength >= HEADER_PIECE) this.#flush();
   }
-  const header = new Uint8Array(8 + headerLength).fill(0x20, 8 + json.byteLength);
-  new DataView(header.buffer).setBigUint64(0, BigInt(headerLength), true);
-  header.set(json, 8);
-  return { header, order, offsets, fileSize: header.byteLength + at };
+
+  #flush(): void {
+    const piece = utf8Encoder.encode(this.#pending.join(""));
+    this.#pieces.push(piece);
+    this.#bytes += piece.byteLength;
+    this.#pending = [];
+    this.#pendingLength = 0;
+  }
+
+  /**
+   * The 8-byte length, the text's pieces and its padding.
+   * @throws StConvertError `HeaderTooLarge` past `maxHeaderSize`.
+   */
+  finish(maxHeaderSize: number): Uint8Array[] {
+    this.#flush();
+    const headerLength = Math.ceil(this.#bytes / 8) * 8;
+    if (headerLength > maxHeaderSize) {
+      throw new StConvertError("HeaderTooLarge", `header too large: ${headerLength} bytes, the limit is ${maxHeaderSize}`);
+    }
+    const length = new Uint8Array(8);
+    new DataView(length.buffer).setBigUint64(0, BigInt(headerLength), true);
+    return [length, ...this.#pieces.splice(0), new Uint8Array(headerLength - this.#bytes).fill(0x20)];
+  }
 }
 
 /** JSON.stringify of a string matches serde_json's escaping except for lone surrogates, which UTF-8 cannot hold. */
@@ -273,7 +622,7 @@ function checkWellFormed(text: string, where: { tensor?: string }): void {
  *   delivers another byte count than it declared.
  */
 export async function writeSafetensors(source: TensorSource, sink: ByteSink, options: SafetensorsWriteOptions = {}): Promise<void> {
-  await writeLayout(layoutSafetensors(source.tensors, source.metadata, options.maxHeaderSize), sink, options.chunkSize);
+  await writePlan(planSafetensors(source.tensors, source.metadata, options.maxHeaderSize ?? MAX_HEADER_SIZE), sink, options.chunkSize);
 }
 
 /**
@@ -281,16 +630,18 @@ export async function writeSafetensors(source: TensorSource, sink: ByteSink, opt
  * For large outputs, stream with {@link writeSafetensors} into a file sink instead.
  */
 export async function serializeSafetensors(source: TensorSource, options: SafetensorsWriteOptions = {}): Promise<Uint8Array> {
-  const layout = layoutSafetensors(source.tensors, source.metadata, options.maxHeaderSize);
-  // The layout gives the size, so the file is written straight into its final array.
-  const out = new Uint8Array(layout.fileSize);
-  await writeLayout(layout, arraySink(out), options.chunkSize);
+  const plan = planSafetensors(source.tensors, source.metadata, options.maxHeaderSize ?? MAX_HEADER_SIZE);
+  // The plan gives the size, so the file is written straight into its final array.
+  const out = new Uint8Array(plan.fileSize);
+  await writePlan(plan, arraySink(out), options.chunkSize);
   return out;
 }
 
-async function writeLayout(layout: SafetensorsLayout<TensorEntry>, sink: ByteSink, chunkSize: number | undefined): Promise<void> {
-  await sink.write(layout.header);
-  for (const tensor of layout.order) await pipeTensor(tensor, sink, chunkSize);
+async function writePlan(plan: SafetensorsPlan<TensorEntry>, sink: ByteSink, chunkSize: number | undefined): Promise<void> {
+  // Each piece is let go once written.
+  const { header } = plan;
+  while (header.length > 0) await sink.write(header.shift()!);
+  for (const tensor of plan.order) await pipeTensor(tensor, sink, chunkSize);
 }
 
 /** The safetensors format, as registered with the `st-convert` command. */

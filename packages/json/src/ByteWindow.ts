@@ -29,6 +29,15 @@ export class ByteWindow {
     this.next = start;
   }
 
+  /** A window that holds all of `[start, start + bytes.byteLength)` already: nothing more to read. */
+  static holding(source: ByteSource, start: number, bytes: Uint8Array): ByteWindow {
+    const w = new ByteWindow(source, start, start + bytes.byteLength, Math.max(1, bytes.byteLength));
+    // A plain Uint8Array view, as more() makes (one array type for the tokenizers' loops).
+    w.buf = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    w.next = w.end;
+    return w;
+  }
+
   /** Absolute offset of the cursor. */
   get position(): number {
     return this.base + this.i;

@@ -14,7 +14,9 @@ import {
   DEFAULT_CHUNK_SIZE,
   DTYPES,
   type Dtype,
+  NameIndex,
   StConvertError,
+  checkShapeOverflow,
   createMetadata,
   isDtype,
   quoteName,
@@ -63,6 +65,8 @@ export type JsonErrorCode =
   | "InvalidMetadata"
   | "ByteLengthMismatch"
   | "MisalignedSlice"
+  /** A shape whose dims overflow u64 before a 0 empties it, which a safetensors header cannot hold. */
+  | "ValidationOverflow"
   | "Unsupported"
   | "LimitExceeded";
 
@@ -82,8 +86,6 @@ export interface ScannedTensor {
   readonly dtype: Dtype;
   readonly shape: readonly number[];
   readonly byteLength: number;
-  /** How the tensor is spelled in messages: its name (quoted unless plain), e.g. `w` or `"a b"`. */
-  readonly path: string;
   readonly encoding: "values" | "base64";
   /** Absolute byte range of the value: the whole JSON value for `data`, the string's content for `data_base64`. */
   readonly start: number;
@@ -94,10 +96,10 @@ export interface ScannedTensor {
   readonly escaped: boolean;
 }
 
-/** The whole document, scanned. */
-export interface ScannedDocument {
+/** The whole document, scanned: its tensors as `make` made them. */
+export interface ScannedDocument<T = ScannedTensor> {
   readonly metadata: Record<string, string> | null;
-  readonly tensors: readonly ScannedTensor[];
+  readonly tensors: readonly T[];
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
@@ -135,6 +137,11 @@ function describeValueStart(c: number): string {
   return describeByte(c);
 }
 
+/** The position of a one-bit flag. */
+function bitIndex(bit: number): number {
+  return 31 - Math.clz32(bit);
+}
+
 const LEAF_BITS = [Leaf.Integer, Leaf.Float, Leaf.NaN, Leaf.Infinity, Leaf.NegativeInfinity, Leaf.True, Leaf.False, Leaf.Negative];
 
 /**
@@ -156,24 +163,43 @@ class DataScan {
   justOpened = false;
   leaves = 0;
   kinds = 0;
-  /** Leaf index where each kind bit first appeared. */
-  readonly firstLeaf = new Map<number, number>();
+  /** Leaf index where each kind bit first appeared (by the bit's position), −1 before. */
+  readonly firstLeaf: number[] = [-1, -1, -1, -1, -1, -1, -1, -1];
+  /** Levels of `counts` and `dims` in use (the arrays are kept from tensor to tensor). */
+  levels = 0;
   done = false;
+  private name = "";
+  /** Arrays that may still be opened below the enclosing objects. */
+  private maxArrays = 0;
+  private fail: (code: JsonErrorCode, rule: string) => never = () => {
+    throw new Error("DataScan used before reset");
+  };
 
-  constructor(
-    private readonly path: string,
-    /** Arrays that may still be opened below the enclosing objects. */
-    private readonly maxArrays: number,
-    private readonly fail: (code: JsonErrorCode, rule: string) => never,
-    private readonly position: (i: number) => number,
-  ) {}
+  constructor(private readonly position: (i: number) => number) {}
+
+  /** Ready for the `data` value of the tensor at `path` (one instance serves every tensor in turn). */
+  reset(name: string, maxArrays: number, fail: (code: JsonErrorCode, rule: string) => never): void {
+    this.name = name;
+    this.maxArrays = maxArrays;
+    this.fail = fail;
+    this.depth = 0;
+    this.levels = 0;
+    this.leafDepth = -1;
+    this.maxArrayLevel = -1;
+    this.expectValue = true;
+    this.justOpened = false;
+    this.leaves = 0;
+    if (this.kinds !== 0) this.firstLeaf.fill(-1);
+    this.kinds = 0;
+    this.done = false;
+  }
 
   /**
    * The path of the current element: the last one started, or with `pending` the one about to
    * start; with `levels`, the enclosing array at that depth instead.
    */
   where(pending = false, levels = this.depth): string {
-    let path = `${this.path}.data`;
+    let path = `${pathName(this.name)}.data`;
     for (let level = 0; level < levels; level++) {
       const count = this.counts[level]!;
       path += `[${pending && level === levels - 1 ? count : Math.max(0, count - 1)}]`;
@@ -243,10 +269,11 @@ class DataScan {
           this.fail("LimitExceeded", `${this.where(true)}: nesting deeper than ${this.maxArrays + 2} levels (the limit is maxDepth)`);
         }
         this.startElement();
-        if (level === this.counts.length) {
-          this.counts.push(0);
-          this.dims.push(-1);
-        } else this.counts[level] = 0;
+        this.counts[level] = 0;
+        if (level === this.levels) {
+          this.dims[level] = -1;
+          this.levels++;
+        }
         if (level > this.maxArrayLevel) this.maxArrayLevel = level;
         this.depth++;
         this.justOpened = true;
@@ -266,7 +293,7 @@ class DataScan {
       }
       this.startElement();
       if ((this.kinds & kind) !== kind) {
-        for (const bit of LEAF_BITS) if (kind & bit && !this.firstLeaf.has(bit)) this.firstLeaf.set(bit, this.leaves);
+        for (const bit of LEAF_BITS) if (kind & bit && this.firstLeaf[bitIndex(bit)] === -1) this.firstLeaf[bitIndex(bit)] = this.leaves;
         this.kinds |= kind;
       }
       this.leaves++;
@@ -326,7 +353,7 @@ class DataScan {
 
   /** The dims of the value as written: the array lengths, then nothing (values at the deepest level). */
   writtenDims(): number[] {
-    return this.leafDepth === -1 ? [...this.dims] : this.dims.slice(0, this.leafDepth);
+    return this.dims.slice(0, this.leafDepth === -1 ? this.levels : this.leafDepth);
   }
 }
 
@@ -339,21 +366,73 @@ interface Base64Scan {
   escaped: boolean;
 }
 
-/** Scans a whole document; see the module comment. */
-class Scanner {
+/**
+ * Returned by the scanner's synchronous helpers when the bytes at hand end before their token
+ * and the source has more: the calling generator yields, the driver reads on, the helper runs
+ * again from where the cursor stayed.
+ */
+const NEED = -9;
+
+/** Where {@link Scanner.plainMembers} stopped. */
+const MEMBERS_END = 0;
+const AFTER_MEMBER = 1;
+const AT_KEY = 2;
+const AT_VALUE = 3;
+
+/** Fields of a tensor entry, as bits of a set. */
+const DTYPE_SEEN = 1;
+const SHAPE_SEEN = 2;
+const DATA_SEEN = 4;
+const BASE64_SEEN = 8;
+
+/**
+ * Scans a whole document; see the module comment. The grammar is a synchronous generator over
+ * the bytes at hand that yields only when they run out (once per window), so that a document of
+ * 500,000 small tensors costs no promise per token; its helpers return {@link NEED} there, and
+ * leave the cursor where they can start again.
+ */
+class Scanner<T> {
   private readonly w: ByteWindow;
   /** Bytes inside data values so far, which do not count against `maxHeaderSize`. */
   private dataBytes = 0;
   private readonly maxDepth: number;
   private readonly maxHeaderSize: number;
+  /** One `data` scan, reset for each tensor (a tensor has one `data` field at most), and the range of the last. */
+  private readonly data: DataScan;
+  private dataStart = 0;
+  private dataEnd = 0;
+  /** One `data_base64` scan, likewise. */
+  private readonly base64: Base64Scanner;
+  /** The key `plainMembers` stopped after. */
+  private pendingKey = "";
+  /** The tensor being read, and a refusal naming it (made once, not per tensor). */
+  private tensorName = "";
+  private readonly tensorFail = (code: JsonErrorCode, rule: string): never => this.fail(code, rule, this.tensorName);
+  /** The string cut by the last window, by its absolute position: how far it was scanned, and whether it holds escapes. */
+  private cutStringAt = -1;
+  private cutStringScanned = 0;
+  private cutStringEscaped = false;
 
   constructor(
     private readonly source: ByteSource,
     options: ScanOptions,
+    private readonly make: (t: ScannedTensor) => T,
   ) {
     this.w = new ByteWindow(source, 0, source.size, options.windowSize ?? DEFAULT_CHUNK_SIZE);
     this.maxDepth = options.maxDepth ?? MAX_JSON_DEPTH;
     this.maxHeaderSize = options.maxHeaderSize ?? MAX_JSON_HEADER_SIZE;
+    this.data = new DataScan((i) => this.w.base + i);
+    this.base64 = new Base64Scanner(this.tensorFail);
+  }
+
+  async scan(): Promise<ScannedDocument<T>> {
+    const document = this.document();
+    for (;;) {
+      const step = document.next();
+      if (step.done === true) return step.value;
+      // The helpers return NEED only while the source has more.
+      if (!(await this.w.more())) this.syntax("unexpected end of input");
+    }
   }
 
   private fail(code: JsonErrorCode, rule: string, tensor?: string): never {
@@ -370,78 +449,90 @@ class Scanner {
     }
   }
 
-  /** The next byte that is not whitespace (the cursor stays on it), or −1 at the end. */
-  private async peek(): Promise<number> {
+  /** The next byte that is not whitespace (the cursor moves onto it), −1 at the end, or NEED. */
+  private peek(): number {
     const w = this.w;
-    for (;;) {
-      const buf = w.buf;
-      let i = w.i;
-      while (i < buf.length && isWhitespace(buf[i]!)) i++;
-      w.i = i;
-      if (i < buf.length) return buf[i]!;
-      this.checkBudget(w.position);
-      if (!(await w.more())) return -1;
-    }
+    const buf = w.buf;
+    let i = w.i;
+    while (i < buf.length && isWhitespace(buf[i]!)) i++;
+    w.i = i;
+    if (i < buf.length) return buf[i]!;
+    this.checkBudget(w.position);
+    return w.drained ? -1 : NEED;
   }
 
-  /** Makes `n` bytes available at the cursor if the input has them. */
-  private async have(n: number): Promise<boolean> {
-    while (this.w.buf.length - this.w.i < n) if (!(await this.w.more())) return false;
-    return true;
+  /** 1 when `n` bytes are at the cursor, 0 when the input has fewer, or NEED. */
+  private have(n: number): number {
+    if (this.w.buf.length - this.w.i >= n) return 1;
+    return this.w.drained ? 0 : NEED;
   }
 
-  private async expect(c: number, what: string, path = ""): Promise<void> {
-    const found = await this.peek();
+  /** Consumes `c` after whitespace (0), or NEED. */
+  private expect(c: number, what: string, path = ""): number {
+    const found = this.peek();
+    if (found === NEED) return NEED;
     if (found !== c) this.syntax(`expected ${what}, found ${describeByte(found)}`, path);
     this.w.i++;
+    return 0;
   }
 
-  /** A string token at the cursor (which is on its `"`), decoded. */
-  private async readString(path: string): Promise<string> {
+  /** A string token at the cursor (which is on its `"`), decoded; undefined when it is cut (the scan so far is kept). */
+  private readString(base: string, suffix = ""): string | undefined {
+    const path = suffix === "" ? base : `${base}${suffix}`;
     const w = this.w;
-    let scanned = 1;
+    const buf = w.buf;
+    const start = w.i;
+    const at = w.base + start;
+    let j = start + 1;
     let escaped = false;
-    for (;;) {
-      const buf = w.buf;
-      const start = w.i;
-      let j = start + scanned;
-      while (j < buf.length) {
-        const c = buf[j]!;
-        if (c === 0x22) {
-          const text = this.decodeString(buf, start + 1, j, escaped, path);
-          w.i = j + 1;
-          return text;
-        }
-        if (c === 0x5c) {
-          if (j + 1 >= buf.length) break;
-          escaped = true;
-          j += 2;
-          continue;
-        }
-        if (c < 0x20) {
-          w.i = j;
-          this.syntax("a raw control character inside a string (it must be escaped)", path);
-        }
-        j++;
+    if (this.cutStringAt === at) {
+      j = start + this.cutStringScanned;
+      escaped = this.cutStringEscaped;
+    }
+    while (j < buf.length) {
+      const c = buf[j]!;
+      if (c === 0x22) {
+        const text = this.decodeString(buf, start + 1, j, escaped, base, suffix);
+        w.i = j + 1;
+        this.cutStringAt = -1;
+        return text;
       }
-      scanned = j - start;
-      this.checkBudget(w.base + j);
-      if (!(await w.more(start))) {
-        w.i = w.buf.length;
-        this.syntax("unterminated string", path);
+      if (c === 0x5c) {
+        if (j + 1 >= buf.length) break;
+        escaped = true;
+        j += 2;
+        continue;
       }
+      if (c < 0x20) {
+        w.i = j;
+        this.syntax("a raw control character inside a string (it must be escaped)", path);
+      }
+      j++;
+    }
+    this.checkBudget(w.base + j);
+    if (w.drained) {
+      w.i = buf.length;
+      this.syntax("unterminated string", path);
+    }
+    this.cutStringAt = at;
+    this.cutStringScanned = j - start;
+    this.cutStringEscaped = escaped;
+    return undefined;
+  }
+
+  private decodeRaw(buf: Uint8Array, from: number, to: number, path: string): string {
+    try {
+      return utf8.decode(buf.subarray(from, to));
+    } catch {
+      return this.syntax("invalid UTF-8 in a string", path);
     }
   }
 
-  private decodeString(buf: Uint8Array, from: number, to: number, escaped: boolean, path: string): string {
-    const raw = (a: number, b: number): string => {
-      try {
-        return utf8.decode(buf.subarray(a, b));
-      } catch {
-        return this.syntax("invalid UTF-8 in a string", path);
-      }
-    };
-    if (!escaped) return raw(from, to);
+  /** The text of a string's bytes `buf[from..to)`; `base` + `suffix` is its path, for messages. */
+  private decodeString(buf: Uint8Array, from: number, to: number, escaped: boolean, base: string, suffix: string): string {
+    if (!escaped) return this.decodeRaw(buf, from, to, suffix === "" ? base : `${base}${suffix}`);
+    const path = `${base}${suffix}`;
+    const raw = (a: number, b: number): string => this.decodeRaw(buf, a, b, path);
     let out = "";
     let segment = from;
     let k = from;
@@ -476,176 +567,407 @@ class Scanner {
     return out + raw(segment, to);
   }
 
-  private async readKey(path: string): Promise<string> {
-    const c = await this.peek();
+  /**
+   * A tensor field's key and its `:`, as its bit (`DTYPE_SEEN`…), without decoding it when it
+   * holds no escape; 0 for any other key, with the cursor left on it; or NEED.
+   */
+  private readField(path: string): number {
+    const w = this.w;
+    const c = this.peek();
+    if (c === NEED) return NEED;
     if (c !== 0x22) this.syntax(`expected a key (a string), found ${describeByte(c)}`, path);
-    const key = await this.readString(path);
-    await this.expect(0x3a, "':'", path);
+    const buf = w.buf;
+    const start = w.i;
+    let j = start + 1;
+    while (j < buf.length && buf[j] !== 0x22 && buf[j] !== 0x5c && j - start <= 12) j++;
+    if (buf[j] !== 0x22) return j >= buf.length && !w.drained ? NEED : 0;
+    const bit = fieldBit(buf, start + 1, j);
+    if (bit === 0) return 0;
+    w.i = j + 1;
+    if (this.expect(0x3a, "':'", path) === NEED) {
+      w.i = start;
+      return NEED;
+    }
+    return bit;
+  }
+
+  /** The dtype of the plain string at the cursor, matched byte by byte (the cursor moves past it); null for any other string; undefined for NEED. */
+  private plainDtype(): Dtype | null | undefined {
+    const w = this.w;
+    const buf = w.buf;
+    const start = w.i + 1;
+    let j = start;
+    while (j < buf.length && buf[j] !== 0x22 && buf[j] !== 0x5c && j - start <= 11) j++;
+    if (buf[j] !== 0x22) return j >= buf.length && !w.drained ? undefined : null;
+    const code = dtypeAt(buf, start, j);
+    if (code === undefined) return null;
+    w.i = j + 1;
+    return code;
+  }
+
+  /** A key and its `:`; undefined when the bytes at hand end first (the cursor stays on the key). */
+  private readKey(path: string): string | undefined {
+    const c = this.peek();
+    if (c === NEED) return undefined;
+    if (c !== 0x22) this.syntax(`expected a key (a string), found ${describeByte(c)}`, path);
+    const start = this.w.i;
+    const key = this.readString(path);
+    if (key === undefined) return undefined;
+    if (this.expect(0x3a, "':'", path) === NEED) {
+      // Read again from its quote once more bytes are at hand.
+      this.w.i = start;
+      return undefined;
+    }
     return key;
   }
 
-  /** After a member: true for `,` (another follows), false for the closing `}`. */
-  private async nextMember(path: string): Promise<boolean> {
-    const c = await this.peek();
+  /** After a member: 1 for `,` (another follows), 0 for the closing `}`, or NEED. */
+  private nextMember(path: string): number {
+    const c = this.peek();
+    if (c === NEED) return NEED;
     this.w.i++;
-    if (c === 0x2c) return true;
-    if (c === 0x7d) return false;
+    if (c === 0x2c) return 1;
+    if (c === 0x7d) return 0;
     this.w.i--;
     return this.syntax(`expected ',' or '}', found ${describeByte(c)}`, path);
   }
 
-  async scan(): Promise<ScannedDocument> {
+  private *document(): Generator<void, ScannedDocument<T>, void> {
     const w = this.w;
-    if ((await this.have(3)) && w.buf[0] === 0xef && w.buf[1] === 0xbb && w.buf[2] === 0xbf) w.i = 3; // a UTF-8 BOM
-    const first = await this.peek();
+    let bom: number;
+    while ((bom = this.have(3)) === NEED) yield;
+    if (bom === 1 && w.buf[0] === 0xef && w.buf[1] === 0xbb && w.buf[2] === 0xbf) w.i = 3; // a UTF-8 BOM
+    let first: number;
+    while ((first = this.peek()) === NEED) yield;
     if (first !== 0x7b) {
       this.syntax(first < 0 ? "no JSON object (the input is empty)" : `expected '{' (the document is an object of tensors), found ${describeByte(first)}`);
     }
     w.i++;
     let metadata: Record<string, string> | null = null;
     let sawMetadata = false;
-    const tensors: ScannedTensor[] = [];
-    const names = new Set<string>();
-    if ((await this.peek()) === 0x7d) w.i++;
+    const tensors: T[] = [];
+    const names = new NameIndex();
+    let c: number;
+    while ((c = this.peek()) === NEED) yield;
+    if (c === 0x7d) w.i++;
     else {
-      do {
-        const key = await this.readKey("");
-        if (key === "__metadata__") {
-          if (sawMetadata) this.fail("DuplicateKey", "__metadata__ appears twice (the format forbids duplicate keys)");
-          sawMetadata = true;
-          metadata = await this.readMetadata();
-        } else {
-          if (names.has(key)) this.fail("DuplicateKey", `${pathName(key)}: the tensor name appears twice (the format forbids duplicate keys)`, key);
-          names.add(key);
-          tensors.push(await this.readTensor(key));
+      for (;;) {
+        const state = this.plainMembers(tensors, names);
+        if (state === MEMBERS_END) break;
+        if (state !== AFTER_MEMBER) {
+          // One member the general way: at its key, or at the value of `pendingKey`.
+          let key: string | undefined = this.pendingKey;
+          if (state === AT_KEY) while ((key = this.readKey("")) === undefined) yield;
+          if (key === "__metadata__") {
+            if (sawMetadata) this.fail("DuplicateKey", "__metadata__ appears twice (the format forbids duplicate keys)");
+            sawMetadata = true;
+            metadata = yield* this.readMetadata();
+          } else {
+            if (state === AT_KEY && !names.add(key)) this.duplicate(key);
+            tensors.push(this.make(yield* this.readTensor(key, pathName(key))));
+          }
         }
-      } while (await this.nextMember(""));
+        let more: number;
+        while ((more = this.nextMember("")) === NEED) yield;
+        if (more === 0) break;
+      }
     }
-    const after = await this.peek();
+    let after: number;
+    while ((after = this.peek()) === NEED) yield;
     if (after !== -1) this.syntax(`content after the document's object: ${describeByte(after)}`);
     return { metadata, tensors };
   }
 
-  private async readMetadata(): Promise<Record<string, string> | null> {
-    const c = await this.peek();
+  private duplicate(key: string): never {
+    return this.fail("DuplicateKey", `${pathName(key)}: the tensor name appears twice (the format forbids duplicate keys)`, key);
+  }
+
+  /**
+   * Members from the cursor (on a key), as many as lie whole in the bytes at hand and are plain
+   * tensors, outside the generator: V8 optimizes a long loop in a plain method, not in a
+   * generator. Returns where it stopped: {@link MEMBERS_END} after the document's `}`,
+   * {@link AFTER_MEMBER} after a member whose `,` or `}` is not at hand, {@link AT_KEY} on a key
+   * not at hand, or {@link AT_VALUE} after the key `pendingKey` and its `:` (metadata, or a tensor
+   * entry for `readTensor`; a tensor's name is in `names` already).
+   */
+  private plainMembers(tensors: T[], names: NameIndex): number {
+    for (;;) {
+      const key = this.readKey("");
+      if (key === undefined) return AT_KEY;
+      this.pendingKey = key;
+      if (key === "__metadata__") return AT_VALUE;
+      if (!names.add(key)) this.duplicate(key);
+      const tensor = this.tensorFast(key);
+      if (tensor === undefined) return AT_VALUE;
+      tensors.push(this.make(tensor));
+      const more = this.nextMember("");
+      if (more === NEED) return AFTER_MEMBER;
+      if (more === 0) return MEMBERS_END;
+    }
+  }
+
+  private *readMetadata(): Generator<void, Record<string, string> | null, void> {
+    const w = this.w;
+    let c: number;
+    while ((c = this.peek()) === NEED) yield;
     if (c === 0x6e) {
-      if (!((await this.have(4)) && startsWith(this.w.buf, this.w.i, "null"))) this.syntax("invalid literal", "__metadata__");
-      this.w.i += 4;
+      let enough: number;
+      while ((enough = this.have(4)) === NEED) yield;
+      if (!(enough === 1 && startsWith(w.buf, w.i, "null"))) this.syntax("invalid literal", "__metadata__");
+      w.i += 4;
       return null;
     }
     if (c !== 0x7b) this.fail("InvalidMetadata", `__metadata__ must be an object mapping strings to strings (or null), found ${describeValueStart(c)}`);
-    this.w.i++;
+    w.i++;
     const metadata = createMetadata();
-    if ((await this.peek()) === 0x7d) {
-      this.w.i++;
+    while ((c = this.peek()) === NEED) yield;
+    if (c === 0x7d) {
+      w.i++;
       return metadata;
     }
+    let more: number;
     do {
-      const key = await this.readKey("__metadata__");
+      let key: string | undefined;
+      while ((key = this.readKey("__metadata__")) === undefined) yield;
       const path = `__metadata__.${pathName(key)}`;
-      const v = await this.peek();
+      let v: number;
+      while ((v = this.peek()) === NEED) yield;
       if (v !== 0x22) this.fail("InvalidMetadata", `${path}: the value is ${describeValueStart(v)}, not a string`);
-      const value = await this.readString(path);
+      let value: string | undefined;
+      while ((value = this.readString(path)) === undefined) yield;
       // `metadata` has no prototype: `in` sees only keys already read.
       if (key in metadata) this.fail("DuplicateKey", `${path}: the metadata key appears twice (the format forbids duplicate keys)`);
       metadata[key] = value;
-    } while (await this.nextMember("__metadata__"));
+      while ((more = this.nextMember("__metadata__")) === NEED) yield;
+    } while (more === 1);
     return metadata;
   }
 
-  private async readTensor(name: string): Promise<ScannedTensor> {
-    const path = pathName(name);
-    const fail = (code: JsonErrorCode, rule: string): never => this.fail(code, rule, name);
-    const c = await this.peek();
+  private *readTensor(name: string, path: string): Generator<void, ScannedTensor, void> {
+    const w = this.w;
+    this.tensorName = name;
+    const fail = this.tensorFail;
+    let c: number;
+    while ((c = this.peek()) === NEED) yield;
     if (c !== 0x7b) {
       fail("InvalidTensor", `${path}: a tensor is an object {"dtype", "shape", "data" or "data_base64"}, found ${describeValueStart(c)}${hint(name)}`);
     }
-    this.w.i++;
+    w.i++;
     let dtype: Dtype | undefined;
     let shape: number[] | undefined;
-    let values: { scan: DataScan; start: number; end: number } | undefined;
+    let values = false;
     let base64: Base64Scan | undefined;
-    const seen = new Set<string>();
-    if ((await this.peek()) === 0x7d) this.w.i++;
+    let seen = 0;
+    while ((c = this.peek()) === NEED) yield;
+    if (c === 0x7d) w.i++;
     else {
+      let more: number;
       do {
-        const field = await this.readKey(path);
-        if (seen.has(field)) fail("DuplicateKey", `${path}: the field ${quoteName(field)} appears twice (the format forbids duplicate keys)`);
-        seen.add(field);
-        const v = await this.peek();
-        if (field === "dtype") {
-          if (v !== 0x22) fail("InvalidTensor", `${path}.dtype: must be a string, found ${describeValueStart(v)}`);
-          const text = await this.readString(`${path}.dtype`);
-          if (!isDtype(text)) fail("UnknownDtype", `${path}.dtype: unknown dtype ${quoteName(text)}; expected one of ${DTYPES.map((d) => d.code).join(", ")}`);
-          dtype = text as Dtype;
-        } else if (field === "shape") {
-          shape = await this.readShape(path, fail);
-        } else if (field === "data") {
-          values = await this.scanData(path, fail);
-        } else if (field === "data_base64") {
-          if (v !== 0x22) fail("InvalidTensor", `${path}.data_base64: must be a string, found ${describeValueStart(v)}`);
-          base64 = await this.scanBase64(path, fail);
-        } else {
-          const why = field === "data_offsets" ? ' (data_offsets belong to a safetensors header; this form carries "data" or "data_base64")' : hint(name);
-          fail("InvalidTensor", `${path}: unknown field ${quoteName(field)}; a tensor has "dtype", "shape" and "data" or "data_base64"${why}`);
+        let bit: number;
+        while ((bit = this.readField(path)) === NEED) yield;
+        if (bit === 0) {
+          // Another key, or a field name spelled with escapes.
+          let field: string | undefined;
+          while ((field = this.readKey(path)) === undefined) yield;
+          bit = FIELD_BITS.get(field) ?? 0;
+          if (bit === 0) {
+            const why = field === "data_offsets" ? ' (data_offsets belong to a safetensors header; this form carries "data" or "data_base64")' : hint(name);
+            fail("InvalidTensor", `${path}: unknown field ${quoteName(field)}; a tensor has "dtype", "shape" and "data" or "data_base64"${why}`);
+          }
         }
-      } while (await this.nextMember(path));
+        if (seen & bit) fail("DuplicateKey", `${path}: the field ${quoteName(FIELD_NAMES[bit]!)} appears twice (the format forbids duplicate keys)`);
+        seen |= bit;
+        let v: number;
+        while ((v = this.peek()) === NEED) yield;
+        if (bit === DTYPE_SEEN) {
+          if (v !== 0x22) fail("InvalidTensor", `${path}.dtype: must be a string, found ${describeValueStart(v)}`);
+          let known: Dtype | null | undefined;
+          while ((known = this.plainDtype()) === undefined) yield;
+          if (known === null) {
+            let text: string | undefined;
+            while ((text = this.readString(path, ".dtype")) === undefined) yield;
+            if (!isDtype(text))
+              fail("UnknownDtype", `${path}.dtype: unknown dtype ${quoteName(text)}; expected one of ${DTYPES.map((d) => d.code).join(", ")}`);
+            known = text as Dtype;
+          }
+          dtype = known;
+        } else if (bit === SHAPE_SEEN) {
+          shape = yield* this.readShape(path, fail);
+        } else if (bit === DATA_SEEN) {
+          yield* this.scanData(fail);
+          values = true;
+        } else {
+          if (v !== 0x22) fail("InvalidTensor", `${path}.data_base64: must be a string, found ${describeValueStart(v)}`);
+          base64 = yield* this.scanBase64(path);
+        }
+        while ((more = this.nextMember(path)) === NEED) yield;
+      } while (more === 1);
     }
     if (dtype === undefined) return fail("InvalidTensor", `${path}: no "dtype"`);
     if (shape === undefined) return fail("InvalidTensor", `${path}: no "shape"`);
-    if (values !== undefined && base64 !== undefined) return fail("InvalidTensor", `${path}: both "data" and "data_base64"; give one`);
+    if (values && base64 !== undefined) return fail("InvalidTensor", `${path}: both "data" and "data_base64"; give one`);
+    if (!values && base64 === undefined) return fail("InvalidTensor", `${path}: no "data" or "data_base64"`);
+    return this.finishTensor(name, dtype, shape, base64);
+  }
+
+  /**
+   * The record of a tensor whose entry has been read: `base64` for a `data_base64` one, else its
+   * `data` was the last scanned (`data`, `dataStart`, `dataEnd`).
+   */
+  private finishTensor(name: string, dtype: Dtype, shape: number[], base64: Base64Scan | undefined): ScannedTensor {
+    const fail = this.tensorFail;
     let byteLength: number;
     try {
       byteLength = tensorByteLength(dtype, shape);
+      // Only an empty shape can overflow before its 0 (see checkShapeOverflow).
+      if (byteLength === 0) checkShapeOverflow({ name, dtype, shape });
     } catch (error) {
       throw withContext(error, { file: this.source.name, tensor: name });
     }
-    const common = { name, dtype, shape, byteLength, path };
     if (base64 !== undefined) {
       if (base64.decoded !== byteLength) {
-        fail("ByteLengthMismatch", `${path}.data_base64: decodes to ${base64.decoded} bytes, ${dtype} [${shape.join(", ")}] needs ${byteLength}`);
+        fail("ByteLengthMismatch", `${pathName(name)}.data_base64: decodes to ${base64.decoded} bytes, ${dtype} [${shape.join(", ")}] needs ${byteLength}`);
       }
-      return { ...common, encoding: "base64", start: base64.start, end: base64.end, dims: [], escaped: base64.escaped };
+      return { name, dtype, shape, byteLength, encoding: "base64", start: base64.start, end: base64.end, dims: NO_DIMS, escaped: base64.escaped };
     }
-    if (values === undefined) return fail("InvalidTensor", `${path}: no "data" or "data_base64"`);
     const codec = valueCodec(dtype);
     if (codec === undefined) {
-      return fail("Unsupported", `${path}.data: ${dtype} has no values form (safetensors does not define how its values pack into bytes); use data_base64`);
+      return fail(
+        "Unsupported",
+        `${pathName(name)}.data: ${dtype} has no values form (safetensors does not define how its values pack into bytes); use data_base64`,
+      );
     }
-    const dims = values.scan.writtenDims();
-    checkDims(path, dtype, shape, dims, values.scan.leaves, fail);
-    checkKinds(path, codec, values.scan, dims, fail);
-    return { ...common, encoding: "values", start: values.start, end: values.end, dims, escaped: false };
+    const scan = this.data;
+    const dims = scan.writtenDims();
+    checkDims(name, dtype, shape, dims, scan.leaves, fail);
+    checkKinds(name, codec, scan, dims, fail);
+    return { name, dtype, shape, byteLength, encoding: "values", start: this.dataStart, end: this.dataEnd, dims, escaped: false };
   }
 
-  private async readShape(path: string, fail: (code: JsonErrorCode, rule: string) => never): Promise<number[]> {
+  /**
+   * The entry of tensor `name` when it lies whole in the bytes at hand and is spelled the plain
+   * way (keys without escapes; `dtype`, `shape`, then `data` or `data_base64`; any whitespace):
+   * what {@link readTensor} makes of it, without a generator or a promise. Undefined, with the
+   * cursor back where it was, for anything else, which `readTensor` then reads, and refuses
+   * where it must. (What it refuses itself, inside a value, is what `readTensor` would refuse.)
+   */
+  private tensorFast(name: string): ScannedTensor | undefined {
     const w = this.w;
-    const c = await this.peek();
+    const buf = w.buf;
+    const start = w.i;
+    const dataBytes = this.dataBytes;
+    this.tensorName = name;
+    let i = skipWhitespace(buf, start);
+    if (buf[i] !== 0x7b) return undefined;
+    i = matchKey(buf, skipWhitespace(buf, i + 1), FIELD_BYTES_OF_DTYPE);
+    if (i < 0) return undefined;
+    i = skipWhitespace(buf, i);
+    if (buf[i] !== 0x22) return undefined;
+    let j = i + 1;
+    while (j < buf.length && buf[j] !== 0x22 && j - i <= 12) j++;
+    const dtype = buf[j] === 0x22 ? dtypeAt(buf, i + 1, j) : undefined;
+    if (dtype === undefined) return undefined;
+    i = skipWhitespace(buf, j + 1);
+    if (buf[i] !== 0x2c) return undefined;
+    i = matchKey(buf, skipWhitespace(buf, i + 1), FIELD_BYTES_OF_SHAPE);
+    if (i < 0) return undefined;
+    i = skipWhitespace(buf, i);
+    if (buf[i] !== 0x5b) return undefined;
+    const shape: number[] = [];
+    i = skipWhitespace(buf, i + 1);
+    if (buf[i] === 0x5d) i++;
+    else {
+      for (;;) {
+        // Plain dims only: 0, or up to 15 digits without a leading zero.
+        let k = i;
+        while (k < buf.length && buf[k]! >= 0x30 && buf[k]! <= 0x39 && k - i <= 15) k++;
+        if (k === i || k - i > 15 || (buf[i] === 0x30 && k - i > 1)) return undefined;
+        shape.push(digitsValue(buf, i, k));
+        i = skipWhitespace(buf, k);
+        if (buf[i] === 0x5d) {
+          i++;
+          break;
+        }
+        if (buf[i] !== 0x2c) return undefined;
+        i = skipWhitespace(buf, i + 1);
+      }
+    }
+    i = skipWhitespace(buf, i);
+    if (buf[i] !== 0x2c) return undefined;
+    i = skipWhitespace(buf, i + 1);
+    let base64: Base64Scan | undefined;
+    let after = matchKey(buf, i, FIELD_BYTES_OF_DATA);
+    if (after >= 0) {
+      i = skipWhitespace(buf, after);
+      if (i >= buf.length) return undefined;
+      const scan = this.data;
+      this.dataStart = w.base + i;
+      scan.reset(name, this.maxDepth - 2, this.tensorFail);
+      i = scan.run(buf, i, w.drained);
+      if (!scan.done) return undefined;
+      this.dataEnd = w.base + i;
+      this.dataBytes += this.dataEnd - this.dataStart;
+    } else {
+      after = matchKey(buf, i, FIELD_BYTES_OF_BASE64);
+      if (after < 0) return undefined;
+      i = skipWhitespace(buf, after);
+      if (buf[i] !== 0x22) return undefined;
+      const state = this.base64;
+      state.reset(w.base + i + 1, name);
+      i = state.run(buf, i + 1, w.base);
+      if (!state.done) {
+        this.dataBytes = dataBytes;
+        return undefined;
+      }
+      this.dataBytes += state.end - state.start;
+      base64 = state.result();
+    }
+    i = skipWhitespace(buf, i);
+    if (buf[i] !== 0x7d) {
+      this.dataBytes = dataBytes;
+      return undefined;
+    }
+    w.i = i + 1;
+    return this.finishTensor(name, dtype, shape, base64);
+  }
+
+  private *readShape(path: string, fail: (code: JsonErrorCode, rule: string) => never): Generator<void, number[], void> {
+    const w = this.w;
+    let c: number;
+    while ((c = this.peek()) === NEED) yield;
     if (c !== 0x5b) fail("InvalidTensor", `${path}.shape: must be an array of non-negative integers, found ${describeValueStart(c)}`);
     w.i++;
     const shape: number[] = [];
-    if ((await this.peek()) === 0x5d) {
+    while ((c = this.peek()) === NEED) yield;
+    if (c === 0x5d) {
       w.i++;
       return shape;
     }
     for (;;) {
-      const where = `${path}.shape[${shape.length}]`;
-      const d = await this.peek();
-      if (d !== 0x2d && (d < 0x30 || d > 0x39)) fail("InvalidTensor", `${where}: must be a non-negative integer, found ${describeValueStart(d)}`);
+      let d: number;
+      while ((d = this.peek()) === NEED) yield;
+      if (d !== 0x2d && (d < 0x30 || d > 0x39))
+        fail("InvalidTensor", `${shapeWhere(path, shape.length)}: must be a non-negative integer, found ${describeValueStart(d)}`);
       let end: number;
       while ((end = numberEnd(w.buf, w.i, w.drained)) === NEED_MORE) {
-        if (w.buf.length - w.i > MAX_NUMBER_LENGTH) fail("LimitExceeded", `${where}: a number longer than ${MAX_NUMBER_LENGTH} characters`);
-        await w.more();
+        if (w.buf.length - w.i > MAX_NUMBER_LENGTH)
+          fail("LimitExceeded", `${shapeWhere(path, shape.length)}: a number longer than ${MAX_NUMBER_LENGTH} characters`);
+        yield;
       }
-      if (end === BAD_NUMBER) this.syntax(`invalid number (${numberToken.reason})`, where);
-      const text = String.fromCharCode(...w.buf.subarray(w.i, Math.min(end, w.i + 64)));
-      if (numberToken.float || d === 0x2d) fail("InvalidTensor", `${where}: must be a non-negative integer, found ${text}`);
-      if (end - w.i > 16 || BigInt(text) > BigInt(Number.MAX_SAFE_INTEGER)) {
-        fail("Unsupported", `${where}: ${text}${end - w.i > 64 ? "…" : ""} is past 2^53 - 1, the largest dimension st-convert handles exactly`);
+      if (end === BAD_NUMBER) this.syntax(`invalid number (${numberToken.reason})`, shapeWhere(path, shape.length));
+      if (numberToken.float || d === 0x2d)
+        fail("InvalidTensor", `${shapeWhere(path, shape.length)}: must be a non-negative integer, found ${numberText(w.buf, w.i, end)}`);
+      const value = end - w.i <= 15 ? digitsValue(w.buf, w.i, end) : Number.POSITIVE_INFINITY;
+      if (value > Number.MAX_SAFE_INTEGER && (end - w.i > 16 || BigInt(numberText(w.buf, w.i, end)) > BigInt(Number.MAX_SAFE_INTEGER))) {
+        fail(
+          "Unsupported",
+          `${shapeWhere(path, shape.length)}: ${numberText(w.buf, w.i, end)}${end - w.i > 64 ? "…" : ""} is past 2^53 - 1, the largest dimension st-convert handles exactly`,
+        );
       }
-      shape.push(Number(text));
+      shape.push(value <= Number.MAX_SAFE_INTEGER ? value : Number(numberText(w.buf, w.i, end)));
       w.i = end;
-      const next = await this.peek();
+      let next: number;
+      while ((next = this.peek()) === NEED) yield;
       w.i++;
       if (next === 0x5d) return shape;
       if (next !== 0x2c) {
@@ -655,84 +977,198 @@ class Scanner {
     }
   }
 
-  private async scanData(path: string, fail: (code: JsonErrorCode, rule: string) => never): Promise<{ scan: DataScan; start: number; end: number }> {
+  /** Scans a `data` value into `data`, its range into `dataStart` and `dataEnd`. */
+  private *scanData(fail: (code: JsonErrorCode, rule: string) => never): Generator<void, void, void> {
     const w = this.w;
-    await this.peek();
-    const start = w.position;
+    while (this.peek() === NEED) yield;
+    this.dataStart = w.position;
     // The document and the tensor object are two levels already.
-    const scan = new DataScan(path, this.maxDepth - 2, fail, (i) => w.base + i);
+    const scan = this.data;
+    scan.reset(this.tensorName, this.maxDepth - 2, fail);
     for (;;) {
       w.i = scan.run(w.buf, w.i, w.drained);
       if (scan.done) break;
-      await w.more();
+      yield;
     }
-    const end = w.position;
-    this.dataBytes += end - start;
-    return { scan, start, end };
+    this.dataEnd = w.position;
+    this.dataBytes += this.dataEnd - this.dataStart;
   }
 
-  private async scanBase64(path: string, fail: (code: JsonErrorCode, rule: string) => never): Promise<Base64Scan> {
+  private *scanBase64(path: string): Generator<void, Base64Scan, void> {
     const w = this.w;
     w.i++; // the opening quote
-    const start = w.position;
-    let chars = 0;
-    let pads = 0;
-    let escaped = false;
-    const refuse = (what: string): never =>
-      fail("InvalidBase64", `${path}.data_base64: ${what} at character ${chars + pads} (standard base64 with '=' padding is expected)`);
+    const state = this.base64;
+    state.reset(w.position, this.tensorName);
     for (;;) {
-      const buf = w.buf;
-      const n = buf.length;
-      let i = w.i;
-      while (i < n) {
-        const c = buf[i]!;
-        if (BASE64_VALUE[c] !== 255) {
-          if (pads !== 0) refuse("a character after '=' padding");
-          chars++;
-          i++;
-          continue;
-        }
-        if (c === 0x22) {
-          w.i = i + 1;
-          const end = w.base + i;
-          this.dataBytes += end - start;
-          if ((chars + pads) % 4 !== 0) {
-            fail("InvalidBase64", `${path}.data_base64: ${chars + pads} characters, not a multiple of 4 (standard base64 with '=' padding is expected)`);
-          }
-          return { start, end, decoded: ((chars + pads) / 4) * 3 - pads, escaped };
-        }
-        if (c === 0x3d) {
-          if (++pads > 2) refuse("a third '='");
-          i++;
-          continue;
-        }
-        if (c === 0x5c) {
-          // JSON allows any character escaped: "\/" (PHP writes it) or "\u0041".
-          if (i + 1 >= n) break;
-          let unit: number;
-          if (buf[i + 1] === 0x75) {
-            if (i + 6 > n) break;
-            unit = hex4(buf, i + 2, n);
-            i += 6;
-          } else {
-            unit = buf[i + 1] === 0x2f ? 0x2f : -1;
-            i += 2;
-          }
-          escaped = true;
-          if (unit === 0x3d) {
-            if (++pads > 2) refuse("a third '='");
-          } else if (unit >= 0 && unit < 128 && BASE64_VALUE[unit] !== 255) {
-            if (pads !== 0) refuse("a character after '=' padding");
-            chars++;
-          } else refuse("an escape that is not a base64 character");
-          continue;
-        }
-        refuse(`${describeByte(c)}, which is not base64,`);
+      w.i = state.run(w.buf, w.i, w.base);
+      if (state.done) break;
+      if (w.drained) this.syntax("unterminated string", `${path}.data_base64`);
+      yield;
+    }
+    this.dataBytes += state.end - state.start;
+    return state.result();
+  }
+}
+
+/** The scan of a `data_base64` string, resumable across windows. */
+class Base64Scanner {
+  start = 0;
+  end = 0;
+  done = false;
+  private chars = 0;
+  private pads = 0;
+  private escaped = false;
+  private name = "";
+
+  constructor(private readonly fail: (code: JsonErrorCode, rule: string) => never) {}
+
+  /** Ready for the string of tensor `name` whose content starts at absolute offset `start`. */
+  reset(start: number, name: string): void {
+    this.start = start;
+    this.name = name;
+    this.chars = 0;
+    this.pads = 0;
+    this.escaped = false;
+    this.done = false;
+  }
+
+  private refuse(what: string): never {
+    return this.fail(
+      "InvalidBase64",
+      `${pathName(this.name)}.data_base64: ${what} at character ${this.chars + this.pads} (standard base64 with '=' padding is expected)`,
+    );
+  }
+
+  /** Scans `buf` from `i` (`buf[0]` is at absolute offset `base`); returns where it stopped: after the closing quote (then `done`), or at an escape cut by the end of `buf`. */
+  run(buf: Uint8Array, i: number, base: number): number {
+    const n = buf.length;
+    while (i < n) {
+      const c = buf[i]!;
+      if (BASE64_VALUE[c] !== 255) {
+        if (this.pads !== 0) this.refuse("a character after '=' padding");
+        this.chars++;
+        i++;
+        continue;
       }
-      w.i = i;
-      if (!(await w.more())) this.syntax("unterminated string", `${path}.data_base64`);
+      if (c === 0x22) {
+        this.end = base + i;
+        this.done = true;
+        if ((this.chars + this.pads) % 4 !== 0) {
+          this.fail(
+            "InvalidBase64",
+            `${pathName(this.name)}.data_base64: ${this.chars + this.pads} characters, not a multiple of 4 (standard base64 with '=' padding is expected)`,
+          );
+        }
+        return i + 1;
+      }
+      if (c === 0x3d) {
+        if (++this.pads > 2) this.refuse("a third '='");
+        i++;
+        continue;
+      }
+      if (c === 0x5c) {
+        // JSON allows any character escaped: "\/" (PHP writes it) or "\u0041".
+        if (i + 1 >= n) break;
+        let unit: number;
+        if (buf[i + 1] === 0x75) {
+          if (i + 6 > n) break;
+          unit = hex4(buf, i + 2, n);
+          i += 6;
+        } else {
+          unit = buf[i + 1] === 0x2f ? 0x2f : -1;
+          i += 2;
+        }
+        this.escaped = true;
+        if (unit === 0x3d) {
+          if (++this.pads > 2) this.refuse("a third '='");
+        } else if (unit >= 0 && unit < 128 && BASE64_VALUE[unit] !== 255) {
+          if (this.pads !== 0) this.refuse("a character after '=' padding");
+          this.chars++;
+        } else this.refuse("an escape that is not a base64 character");
+        continue;
+      }
+      this.refuse(`${describeByte(c)}, which is not base64,`);
+    }
+    return i;
+  }
+
+  result(): Base64Scan {
+    return { start: this.start, end: this.end, decoded: ((this.chars + this.pads) / 4) * 3 - this.pads, escaped: this.escaped };
+  }
+}
+
+/** The first byte from `i` that is not JSON whitespace. */
+function skipWhitespace(buf: Uint8Array, i: number): number {
+  while (i < buf.length && isWhitespace(buf[i]!)) i++;
+  return i;
+}
+
+/** After `"word"` and its `:` at `buf[i]` (whitespace allowed before the colon), or -1. */
+function matchKey(buf: Uint8Array, i: number, word: Uint8Array): number {
+  if (buf[i] !== 0x22) return -1;
+  const end = i + 1 + word.length;
+  if (buf[end] !== 0x22 || !sameBytes(buf, i + 1, end, word)) return -1;
+  const colon = skipWhitespace(buf, end + 1);
+  return buf[colon] === 0x3a ? colon + 1 : -1;
+}
+
+/** Field names by their bit. */
+const FIELD_NAMES: Record<number, string> = { [DTYPE_SEEN]: "dtype", [SHAPE_SEEN]: "shape", [DATA_SEEN]: "data", [BASE64_SEEN]: "data_base64" };
+const FIELD_BITS = new Map(Object.entries(FIELD_NAMES).map(([bit, name]) => [name, Number(bit)]));
+const FIELD_BYTES = Object.entries(FIELD_NAMES).map(([bit, name]) => [Number(bit), Uint8Array.from(name, (ch) => ch.charCodeAt(0))] as const);
+const [FIELD_BYTES_OF_DTYPE, FIELD_BYTES_OF_SHAPE, FIELD_BYTES_OF_DATA, FIELD_BYTES_OF_BASE64] = FIELD_BYTES.map(([, bytes]) => bytes) as [
+  Uint8Array,
+  Uint8Array,
+  Uint8Array,
+  Uint8Array,
+];
+const DTYPE_BYTES = DTYPES.map((d) => [d.code, Uint8Array.from(d.code, (ch) => ch.charCodeAt(0))] as const);
+
+function sameBytes(buf: Uint8Array, from: number, to: number, word: Uint8Array): boolean {
+  if (to - from !== word.length) return false;
+  for (let k = 0; k < word.length; k++) if (buf[from + k] !== word[k]) return false;
+  return true;
+}
+
+/** The bit of the field named by `buf[from..to)`, or 0. */
+function fieldBit(buf: Uint8Array, from: number, to: number): number {
+  for (const [bit, name] of FIELD_BYTES) if (sameBytes(buf, from, to, name)) return bit;
+  return 0;
+}
+
+/** The dtype found last: documents hold runs of one dtype. */
+let lastDtype = 0;
+
+/** The dtype named by `buf[from..to)`, or undefined. */
+function dtypeAt(buf: Uint8Array, from: number, to: number): Dtype | undefined {
+  for (let k = -1; k < DTYPE_BYTES.length; k++) {
+    const entry = DTYPE_BYTES[k === -1 ? lastDtype : k]!;
+    if (sameBytes(buf, from, to, entry[1])) {
+      if (k !== -1) lastDtype = k;
+      return entry[0];
     }
   }
+  return undefined;
+}
+
+/** The path of dim `index` of a shape, for messages. */
+function shapeWhere(path: string, index: number): string {
+  return `${path}.shape[${index}]`;
+}
+
+/** No dims: what a `data_base64` tensor records. */
+const NO_DIMS: readonly number[] = Object.freeze([]);
+
+/** The value of the decimal digits `buf[from..to)` (at most 15, so exact). */
+function digitsValue(buf: Uint8Array, from: number, to: number): number {
+  let v = 0;
+  for (let k = from; k < to; k++) v = v * 10 + (buf[k]! - 0x30);
+  return v;
+}
+
+/** A number token's text, at most its first 64 characters. */
+function numberText(buf: Uint8Array, from: number, to: number): string {
+  return String.fromCharCode(...buf.subarray(from, Math.min(to, from + 64)));
 }
 
 const SIMPLE_ESCAPES = new Map<number, string>([
@@ -769,7 +1205,7 @@ function hint(name: string): string {
  * stop nesting at its first zero dimension (`[[], []]` for shape [2, 0, 5]).
  */
 function checkDims(
-  path: string,
+  name: string,
   dtype: Dtype,
   shape: readonly number[],
   dims: readonly number[],
@@ -777,9 +1213,13 @@ function checkDims(
   fail: (code: JsonErrorCode, rule: string) => never,
 ): void {
   const pair = dtype === "C64";
-  const expected = pair ? [...shape, 2] : [...shape];
   let count = 1;
   for (const d of shape) count *= d;
+  // The writer's form (flat) and the nested one, checked without allocating.
+  if (dims.length === (pair ? 2 : 1) && dims[0] === count && (!pair || dims[1] === 2)) return;
+  if (dims.length === shape.length + (pair ? 1 : 0) && shape.every((d, k) => dims[k] === d) && (!pair || dims[shape.length] === 2)) return;
+  const path = pathName(name);
+  const expected = pair ? [...shape, 2] : [...shape];
   const same = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((v, i) => v === b[i]);
   if (same(dims, expected)) return;
   if (same(dims, pair ? [count, 2] : [count])) return;
@@ -795,19 +1235,19 @@ function checkDims(
 }
 
 /** Refuses leaf kinds the dtype does not take, naming the first offending leaf. */
-function checkKinds(path: string, codec: ValueCodec, scan: DataScan, dims: readonly number[], fail: (code: JsonErrorCode, rule: string) => never): void {
+function checkKinds(name: string, codec: ValueCodec, scan: DataScan, dims: readonly number[], fail: (code: JsonErrorCode, rule: string) => never): void {
   const bad = scan.kinds & ~codec.allowedLeaves;
   if (bad === 0) return;
   let bit = 0;
   let first = Infinity;
   for (const b of LEAF_BITS) {
-    const at = scan.firstLeaf.get(b);
-    if (bad & b && at !== undefined && at < first) {
+    const at = scan.firstLeaf[bitIndex(b)]!;
+    if (bad & b && at !== -1 && at < first) {
       first = at;
       bit = b;
     }
   }
-  const where = leafPath(path, dims, first);
+  const where = leafPath(pathName(name), dims, first);
   const { dtype } = codec;
   if (dtype === "BOOL" && bit & (Leaf.Integer | Leaf.Float | Leaf.Negative)) {
     fail("InvalidValue", `${where}: a number is not a BOOL value; BOOL takes true and false`);
@@ -830,6 +1270,10 @@ function checkKinds(path: string, codec: ValueCodec, scan: DataScan, dims: reado
  * in windows; keeps names, metadata and shapes, never values.
  * @throws StConvertError with a {@link JsonErrorCode}.
  */
-export function scanTensorJson(source: ByteSource, options: ScanOptions = {}): Promise<ScannedDocument> {
-  return new Scanner(source, options).scan();
+export function scanTensorJson<T = ScannedTensor>(
+  source: ByteSource,
+  options: ScanOptions = {},
+  make: (t: ScannedTensor) => T = (t) => t as T,
+): Promise<ScannedDocument<T>> {
+  return new Scanner(source, options, make).scan();
 }

@@ -19,15 +19,20 @@ import {
   type ByteSource,
   type ChunkOptions,
   DEFAULT_CHUNK_SIZE,
+  type Dtype,
   type Metadata,
   MemorySink,
   StConvertError,
   type TensorEntry,
   type TensorSource,
+  NameIndex,
   checkMetadata,
+  checkShapeOverflow,
   checkedByteLength,
+  readTensorBytes,
   exactChunks,
   quoteName,
+  readAheadSource,
   toByteSource,
   withContext,
   LITTLE_ENDIAN,
@@ -36,7 +41,7 @@ import {
 } from "@st-convert/core";
 import { BASE64_VALUE, decodeBase64Into, encodeBase64Into } from "./base64.js";
 import { BAD_LEAF, ByteWindow, NEED_MORE, leafEnd, leafToken } from "./ByteWindow.js";
-import { type ScanOptions, type ScannedTensor, hex4, leafPath, scanTensorJson } from "./scanTensorJson.js";
+import { type ScanOptions, type ScannedTensor, hex4, leafPath, pathName, scanTensorJson } from "./scanTensorJson.js";
 import { type FormatCursor, Leaf, type ValueCodec, ValueError, valueCodec } from "./valueCodecs.js";
 
 // ---- reading -------------------------------------------------------------------------------
@@ -75,15 +80,18 @@ export interface TensorJsonFile extends TensorSource {
  */
 export async function readTensorJson(input: ByteInput, options: TensorJsonReadOptions = {}): Promise<TensorJsonFile> {
   const source = toByteSource(input);
-  const document = await scanTensorJson(source, options);
-  const windowSize = options.windowSize ?? DEFAULT_CHUNK_SIZE;
-  const tensors = document.tensors.map((t) => jsonEntry(source, t, windowSize));
-  const byName = new Map(tensors.map((t) => [t.name, t]));
+  // Tensors are pulled one after another in document order: small ones share reads.
+  const text = { source: readAheadSource(source), windowSize: options.windowSize ?? DEFAULT_CHUNK_SIZE };
+  // Each entry made as it is scanned: the scan's record of it is not kept.
+  const document = await scanTensorJson(source, options, (t) => new JsonTensor(text, t));
+  const { tensors } = document;
+  let byName: Map<string, JsonTensor> | undefined;
   return {
     format: "json",
     metadata: document.metadata,
     tensors,
     tensor(name: string): TensorJsonEntry {
+      byName ??= new Map(tensors.map((t) => [t.name, t]));
       const found = byName.get(name);
       if (found === undefined) throw new StConvertError("TensorNotFound", "tensor not found", { file: source.name, tensor: name });
       return found;
@@ -91,27 +99,198 @@ export async function readTensorJson(input: ByteInput, options: TensorJsonReadOp
   };
 }
 
-function jsonEntry(source: ByteSource, t: ScannedTensor, windowSize: number): TensorJsonEntry {
-  return {
-    name: t.name,
-    dtype: t.dtype,
-    shape: t.shape,
-    byteLength: t.byteLength,
-    encoding: t.encoding,
-    chunks: ({ chunkSize = DEFAULT_CHUNK_SIZE }: ChunkOptions = {}) =>
-      t.encoding === "base64" ? base64Chunks(source, t, chunkSize, windowSize) : valueChunks(source, t, valueCodec(t.dtype)!, chunkSize, windowSize),
-  };
-}
-
-function changed(source: ByteSource, t: ScannedTensor, what: string): StConvertError {
-  return new StConvertError("InvalidJson", `${t.path}: ${what} (did the file change since it was opened?)`, { file: source.name, tensor: t.name });
+/** Where a document's tensors are read from for `chunks()`. */
+interface DocumentText {
+  readonly source: ByteSource;
+  readonly windowSize: number;
 }
 
 /**
- * A tensor's bytes from its `data` value: re-tokenizes the range the scan recorded and stores
- * each value into a block of elements, yielding a block of at most `chunkSize` bytes at a time.
+ * One tensor of a document: what the scan learnt of it, and `chunks()`. A class rather than an
+ * object with a closure per tensor, for documents of 500,000 of them; wrap it rather than copy
+ * it with `{ ...tensor }`, which keeps no `chunks()`.
  */
-async function* valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCodec, chunkSize: number, windowSize: number): AsyncGenerator<Uint8Array> {
+class JsonTensor implements TensorJsonEntry, ScannedTensor {
+  readonly name: string;
+  readonly dtype: Dtype;
+  readonly shape: readonly number[];
+  readonly byteLength: number;
+  readonly encoding: "values" | "base64";
+  readonly start: number;
+  readonly end: number;
+  readonly dims: readonly number[];
+  readonly escaped: boolean;
+
+  constructor(
+    private readonly text: DocumentText,
+    scanned: ScannedTensor,
+  ) {
+    this.name = scanned.name;
+    this.dtype = scanned.dtype;
+    this.shape = scanned.shape;
+    this.byteLength = scanned.byteLength;
+    this.encoding = scanned.encoding;
+    this.start = scanned.start;
+    this.end = scanned.end;
+    this.dims = scanned.dims;
+    this.escaped = scanned.escaped;
+  }
+
+  chunks({ chunkSize = DEFAULT_CHUNK_SIZE }: ChunkOptions = {}): AsyncIterable<Uint8Array> {
+    const { source, windowSize } = this.text;
+    return this.encoding === "base64"
+      ? base64Chunks(source, this, chunkSize, windowSize)
+      : valueChunks(source, this, valueCodec(this.dtype)!, chunkSize, windowSize);
+  }
+}
+
+function changed(source: ByteSource, t: ScannedTensor, what: string): StConvertError {
+  return new StConvertError("InvalidJson", `${pathName(t.name)}: ${what} (did the file change since it was opened?)`, { file: source.name, tensor: t.name });
+}
+
+/**
+ * Tensors of at most this many bytes whose `data` text is at most {@link SMALL_TEXT} bytes are
+ * parsed whole into a block kept for the purpose, then copied out: no generator and no typed
+ * views made per tensor.
+ */
+const SMALL_VALUES = 64 * 1024;
+/** Longest `data` text read at once for a small tensor (whitespace inside data is not bounded). */
+const SMALL_TEXT = 1024 * 1024;
+/** The block small tensors are parsed into; aligned for every element size. */
+const scratch = new Uint8Array(SMALL_VALUES);
+
+/** A tensor's bytes from its `data` value (see {@link readTensorJson}). */
+function valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCodec, chunkSize: number, windowSize: number): AsyncIterable<Uint8Array> {
+  if (t.byteLength <= Math.min(chunkSize, SMALL_VALUES) && t.end - t.start <= SMALL_TEXT) return new SmallValueChunks(source, t, codec);
+  return windowedValueChunks(source, t, codec, chunkSize, windowSize);
+}
+
+const DONE: IteratorResult<Uint8Array> = Object.freeze({ done: true, value: undefined });
+
+/** The chunk of a small tensor: its text read at once, its values parsed into {@link scratch}. */
+class SmallValueChunks implements AsyncIterableIterator<Uint8Array> {
+  #done = false;
+
+  constructor(
+    private readonly source: ByteSource,
+    private readonly t: ScannedTensor,
+    private readonly codec: ValueCodec,
+  ) {}
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<Uint8Array>> {
+    if (this.#done) return Promise.resolve(DONE);
+    this.#done = true;
+    const { source, t } = this;
+    return source.read(t.start, t.end - t.start).then((text) => this.#parse(text));
+  }
+
+  return(): Promise<IteratorResult<Uint8Array>> {
+    this.#done = true;
+    return Promise.resolve(DONE);
+  }
+
+  #parse(text: Uint8Array): IteratorResult<Uint8Array> {
+    const { source, t, codec } = this;
+    // Synchronous from here to the copy: no other tensor can use the block meanwhile.
+    const w = ByteWindow.holding(source, t.start, text);
+    const endLeaf = (t.byteLength / codec.elementBytes) * codec.leavesPerElement;
+    const leaf = storeLeaves(source, t, codec, scratch, 0, 0, endLeaf, w);
+    if (leaf !== endLeaf) throw changed(source, t, `the data ended after ${leaf} of ${endLeaf} values`);
+    checkRest(source, t, w.buf, w.i);
+    if (t.byteLength === 0) return DONE;
+    const block = scratch.slice(0, t.byteLength);
+    if (!LITTLE_ENDIAN) swapBytesInPlace(block, t.dtype === "C64" ? 4 : codec.elementBytes);
+    return { done: false, value: block };
+  }
+}
+
+/**
+ * Stores the leaves `leaf` up to `endLeaf` from the bytes at hand in `w` into `block`, whose
+ * element 0 is element `first` of the tensor; stops early at a token cut by the window's end.
+ * Returns the next leaf; `w.i` is where it stopped.
+ */
+function storeLeaves(
+  source: ByteSource,
+  t: ScannedTensor,
+  codec: ValueCodec,
+  block: Uint8Array,
+  first: number,
+  leaf: number,
+  endLeaf: number,
+  w: ByteWindow,
+): number {
+  const { leavesPerElement } = codec;
+  const buf = w.buf;
+  const n = buf.length;
+  const final = w.drained;
+  let i = w.i;
+  try {
+    while (i < n && leaf < endLeaf) {
+      const c = buf[i]!;
+      if (c === 0x2c || c === 0x20 || c === 0x5b || c === 0x5d || c === 0x0a || c === 0x0d || c === 0x09) {
+        i++;
+        continue;
+      }
+      let end: number;
+      let kind: number;
+      if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+        // A number: the scan checked its syntax, so finding its end is enough here (the
+        // parser checks again as it reads the digits, in case the file changed).
+        let float = false;
+        for (end = i + 1; end < n; end++) {
+          const d = buf[end]!;
+          if (d === 0x2c || d === 0x5d || d === 0x20 || d === 0x0a || d === 0x0d || d === 0x09) break;
+          if (d === 0x2e || d === 0x65 || d === 0x45) float = true;
+        }
+        if (end === n && !final) break;
+        kind = float ? Leaf.Float : Leaf.Integer;
+      } else {
+        end = leafEnd(buf, i, final);
+        if (end === NEED_MORE) break;
+        if (end === BAD_LEAF) throw changed(source, t, `not a value at byte ${w.base + i}`);
+        kind = leafToken.kind;
+      }
+      const element = Math.floor(leaf / leavesPerElement);
+      codec.store(block, element - first, leaf - element * leavesPerElement, kind, buf, i, end);
+      leaf++;
+      i = end;
+    }
+  } catch (error) {
+    if (error instanceof ValueError) {
+      throw new StConvertError(error.code, `${leafPath(pathName(t.name), t.dims, leaf)}: ${error.rule}`, { file: source.name, tensor: t.name });
+    }
+    throw error;
+  }
+  w.i = i;
+  return leaf;
+}
+
+/** Only brackets, commas and whitespace may follow the values (the scan counted them). */
+function checkRest(source: ByteSource, t: ScannedTensor, buf: Uint8Array, from: number): void {
+  for (let i = from; i < buf.length; i++) {
+    const c = buf[i]!;
+    if (!(c === 0x5d || c === 0x5b || c === 0x2c || c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09)) {
+      throw changed(source, t, "more values than the scan counted");
+    }
+  }
+}
+
+/**
+ * A tensor's bytes from its `data` value, in windows: re-tokenizes the range the scan recorded
+ * and stores each value into a block of elements, yielding a block of at most `chunkSize` bytes
+ * at a time.
+ */
+async function* windowedValueChunks(
+  source: ByteSource,
+  t: ScannedTensor,
+  codec: ValueCodec,
+  chunkSize: number,
+  windowSize: number,
+): AsyncGenerator<Uint8Array> {
   const { elementBytes, leavesPerElement } = codec;
   const elements = t.byteLength / elementBytes;
   const perBlock = Math.max(1, Math.floor(chunkSize / elementBytes));
@@ -123,48 +302,7 @@ async function* valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCo
     const endLeaf = (first + count) * leavesPerElement;
     while (leaf < endLeaf) {
       // Synchronous over the bytes at hand; stops at a token cut by the window's end.
-      const buf = w.buf;
-      const n = buf.length;
-      const final = w.drained;
-      let i = w.i;
-      try {
-        while (i < n && leaf < endLeaf) {
-          const c = buf[i]!;
-          if (c === 0x2c || c === 0x20 || c === 0x5b || c === 0x5d || c === 0x0a || c === 0x0d || c === 0x09) {
-            i++;
-            continue;
-          }
-          let end: number;
-          let kind: number;
-          if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
-            // A number: the scan checked its syntax, so finding its end is enough here (the
-            // parser checks again as it reads the digits, in case the file changed).
-            let float = false;
-            for (end = i + 1; end < n; end++) {
-              const d = buf[end]!;
-              if (d === 0x2c || d === 0x5d || d === 0x20 || d === 0x0a || d === 0x0d || d === 0x09) break;
-              if (d === 0x2e || d === 0x65 || d === 0x45) float = true;
-            }
-            if (end === n && !final) break;
-            kind = float ? Leaf.Float : Leaf.Integer;
-          } else {
-            end = leafEnd(buf, i, final);
-            if (end === NEED_MORE) break;
-            if (end === BAD_LEAF) throw changed(source, t, `not a value at byte ${w.base + i}`);
-            kind = leafToken.kind;
-          }
-          const element = Math.floor(leaf / leavesPerElement);
-          codec.store(block, element - first, leaf - element * leavesPerElement, kind, buf, i, end);
-          leaf++;
-          i = end;
-        }
-      } catch (error) {
-        if (error instanceof ValueError) {
-          throw new StConvertError(error.code, `${leafPath(t.path, t.dims, leaf)}: ${error.rule}`, { file: source.name, tensor: t.name });
-        }
-        throw error;
-      }
-      w.i = i;
+      leaf = storeLeaves(source, t, codec, block, first, leaf, endLeaf, w);
       if (leaf < endLeaf && !(await w.more())) {
         if (w.i >= w.buf.length) throw changed(source, t, `the data ended after ${leaf} of ${elements * leavesPerElement} values`);
       }
@@ -175,16 +313,9 @@ async function* valueChunks(source: ByteSource, t: ScannedTensor, codec: ValueCo
     // A chunk size below one element: the element's bytes in pieces.
     else for (let at = 0; at < block.length; at += chunkSize) yield block.subarray(at, Math.min(block.length, at + chunkSize));
   }
-  // Only brackets, commas and whitespace may remain (the scan counted the values).
   for (;;) {
-    const buf = w.buf;
-    for (let i = w.i; i < buf.length; i++) {
-      const c = buf[i]!;
-      if (!(c === 0x5d || c === 0x5b || c === 0x2c || c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09)) {
-        throw changed(source, t, "more values than the scan counted");
-      }
-    }
-    w.i = buf.length;
+    checkRest(source, t, w.buf, w.i);
+    w.i = w.buf.length;
     if (!(await w.more())) return;
   }
 }
@@ -298,6 +429,27 @@ class TextOut {
     if (this.pending !== undefined) await this.pending;
   }
 
+  /**
+   * Appends `text` as UTF-8: at once when it fits (returns undefined), else through
+   * {@link text} (returns its promise). Saves a promise and an encoded copy per piece of a line.
+   */
+  put(text: string): Promise<void> | undefined {
+    const n = text.length;
+    const buf = this.buf;
+    let pos = this.pos;
+    // A UTF-16 unit takes at most 3 bytes of UTF-8.
+    if (buf.length - pos < 3 * n) return this.text(text);
+    let k = 0;
+    for (; k < n; k++) {
+      const c = text.charCodeAt(k);
+      if (c >= 0x80) break;
+      buf[pos++] = c;
+    }
+    if (k < n) pos += utf8Encoder.encodeInto(text.slice(k), buf.subarray(pos)).written;
+    this.pos = pos;
+    return undefined;
+  }
+
   async text(text: string): Promise<void> {
     // Names and metadata: any length (a metadata value may be megabytes), UTF-8.
     const bytes = utf8Encoder.encode(text);
@@ -389,19 +541,29 @@ async function valueBlocks(tensor: TensorEntry, codec: ValueCodec, chunkSize: nu
 }
 
 async function writeValues(blocks: Iterable<Uint8Array> | AsyncIterable<Uint8Array>, codec: ValueCodec, out: TextOut): Promise<void> {
-  const cursor: FormatCursor = { index: 0, pos: 0 };
   let first = true;
   for await (const block of blocks) {
-    const count = block.byteLength / codec.elementBytes;
-    cursor.index = 0;
+    const pending = writeBlock(block, codec, out, first);
+    if (pending !== undefined) await pending;
+    first = false;
+  }
+}
+
+/** The values of one block: at once while they fit in the output buffer, else flushing as it fills. */
+function writeBlock(block: Uint8Array, codec: ValueCodec, out: TextOut, first: boolean): Promise<void> | undefined {
+  const count = block.byteLength / codec.elementBytes;
+  const cursor: FormatCursor = { index: 0, pos: out.pos };
+  codec.format(block, count, out.buf, out.limit, cursor, first);
+  out.pos = cursor.pos;
+  if (cursor.index >= count) return undefined;
+  return (async () => {
     while (cursor.index < count) {
+      await out.flush();
       cursor.pos = out.pos;
       codec.format(block, count, out.buf, out.limit, cursor, first);
       out.pos = cursor.pos;
-      if (cursor.index < count) await out.flush();
     }
-    first = false;
-  }
+  })();
 }
 
 async function writeBase64(tensor: TensorEntry, out: TextOut, chunkSize: number): Promise<void> {
@@ -436,46 +598,94 @@ async function writeBase64(tensor: TensorEntry, out: TextOut, chunkSize: number)
 export async function writeTensorJson(source: TensorSource, sink: ByteSink, options: TensorJsonWriteOptions = {}): Promise<void> {
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
   checkMetadata(source.metadata);
-  const names = new Set<string>();
-  const lines: string[] = [];
+  const names = new NameIndex();
   for (const t of source.tensors) {
-    if (names.has(t.name)) throw new StConvertError("DuplicateKey", "duplicate tensor name", { tensor: t.name });
-    names.add(t.name);
+    if (!names.add(t.name)) throw new StConvertError("DuplicateKey", "duplicate tensor name", { tensor: t.name });
     if (t.name === "__metadata__") throw new StConvertError("InvalidName", "the name `__metadata__` is reserved for the metadata", { tensor: t.name });
     checkedByteLength(t);
-    lines.push(`  ${jsonString(t.name, { tensor: t.name }, "name")}: {"dtype": "${t.dtype}", "shape": [${t.shape.join(", ")}], `);
+    checkShapeOverflow(t);
+    jsonString(t.name, { tensor: t.name }, "name");
   }
   const metadata = source.metadata === null || source.metadata === undefined ? null : metadataLine(source.metadata);
 
   const out = new TextOut(sink);
-  await out.text(source.tensors.length === 0 && metadata === null ? "{" : "{\n");
-  if (metadata !== null) await out.text(`${metadata}${source.tensors.length > 0 ? "," : ""}\n`);
-  for (const [index, tensor] of source.tensors.entries()) {
-    await out.text(lines[index]!);
+  const count = source.tensors.length;
+  await out.text(count === 0 && metadata === null ? "{" : "{\n");
+  if (metadata !== null) await out.text(`${metadata}${count > 0 ? "," : ""}\n`);
+  for (let index = 0; index < count; index++) {
+    const tensor = source.tensors[index]!;
+    // Checked above: no lone surrogate, so JSON.stringify is serde's escaping.
+    const name = NEEDS_ESCAPE.test(tensor.name) ? JSON.stringify(tensor.name) : `"${tensor.name}"`;
+    let pending = out.put(`  ${name}: {"dtype": "${tensor.dtype}", "shape": [${tensor.shape.join(", ")}], `);
+    if (pending !== undefined) await pending;
     try {
       const codec = options.base64 === true ? undefined : valueCodec(tensor.dtype);
-      const blocks = codec === undefined ? undefined : await valueBlocks(tensor, codec, chunkSize);
-      if (codec !== undefined && blocks === undefined) {
-        const why = tensor.dtype === "BOOL" ? "bytes other than 0 and 1" : "NaNs other than the canonical one (payload or sign bits)";
-        options.onWarning?.(`tensor ${quoteName(tensor.name)}: written as data_base64, since it holds ${why}, which values cannot carry`);
-      }
-      if (blocks !== undefined) {
-        await out.text('"data": [');
-        await writeValues(blocks, codec!, out);
-        await out.text("]}");
-      } else {
-        await out.text('"data_base64": "');
-        await writeBase64(tensor, out, chunkSize);
-        await out.text('"}');
+      if (tensor.byteLength <= Math.min(chunkSize, SMALL_TENSOR_SIZE)) await writeSmall(tensor, codec, out, options.onWarning);
+      else {
+        const blocks = codec === undefined ? undefined : await valueBlocks(tensor, codec, chunkSize);
+        if (codec !== undefined && blocks === undefined) options.onWarning?.(base64Notice(tensor));
+        if (blocks !== undefined) {
+          await out.text('"data": [');
+          await writeValues(blocks, codec!, out);
+          await out.text("]}");
+        } else {
+          await out.text('"data_base64": "');
+          await writeBase64(tensor, out, chunkSize);
+          await out.text('"}');
+        }
       }
     } catch (error) {
       throw withContext(error, { tensor: tensor.name });
     }
-    await out.text(index + 1 < source.tensors.length ? ",\n" : "\n");
+    pending = out.put(index + 1 < count ? ",\n" : "\n");
+    if (pending !== undefined) await pending;
   }
   await out.text("}\n");
   await out.finish();
 }
+
+/**
+ * Tensors up to this size are read once, whole, and written from memory: the lossless check and
+ * the text then come from the same bytes, without a stack of async generators per tensor.
+ */
+const SMALL_TENSOR_SIZE = 64 * 1024;
+
+/** What values would say is the caution, for a tensor written as base64 instead. */
+function base64Notice(tensor: TensorEntry): string {
+  const why = tensor.dtype === "BOOL" ? "bytes other than 0 and 1" : "NaNs other than the canonical one (payload or sign bits)";
+  return `tensor ${quoteName(tensor.name)}: written as data_base64, since it holds ${why}, which values cannot carry`;
+}
+
+/** A small tensor's data: read once, then written as values when they carry its bytes, else as base64. */
+async function writeSmall(tensor: TensorEntry, codec: ValueCodec | undefined, out: TextOut, onWarning: ((message: string) => void) | undefined): Promise<void> {
+  // A fresh array at offset 0: aligned for typed-array views.
+  const raw = await readTensorBytes(tensor);
+  let block = raw;
+  if (codec !== undefined && !LITTLE_ENDIAN) {
+    block = raw.slice();
+    swapBytesInPlace(block, tensor.dtype === "C64" ? 4 : codec.elementBytes);
+  }
+  if (codec !== undefined && (codec.alwaysLossless() || codec.lossless(block))) {
+    let pending = out.put('"data": [');
+    if (pending !== undefined) await pending;
+    pending = writeBlock(block, codec, out, true);
+    if (pending !== undefined) await pending;
+    pending = out.put("]}");
+    if (pending !== undefined) await pending;
+    return;
+  }
+  if (codec !== undefined) onWarning?.(base64Notice(tensor));
+  let pending = out.put('"data_base64": "');
+  if (pending !== undefined) await pending;
+  // At most 4/3 of 64 KiB: fits once the buffer is flushed.
+  if (out.buf.length - out.pos < Math.ceil(raw.byteLength / 3) * 4) await out.flush();
+  out.pos = encodeBase64Into(raw, 0, raw.byteLength, out.buf, out.pos);
+  pending = out.put('"}');
+  if (pending !== undefined) await pending;
+}
+
+/** What JSON.stringify escapes in a string (lone surrogates aside, refused before). */
+const NEEDS_ESCAPE = /["\\\u0000-\u001f]/;
 
 function metadataLine(metadata: Metadata): string {
   const entries = Object.keys(metadata).map((key) => `${jsonString(key, {}, "metadata key")}: ${jsonString(metadata[key]!, {}, "metadata value")}`);

@@ -13,6 +13,12 @@ const t = (body: string, name = "w") => `{"${name}": ${body}}`;
 /** [attack, document, code, text the message contains] */
 const cases: [string, string | Uint8Array, string, string][] = [
   // Not JSON
+  [
+    "dims that overflow u64 before their 0 (a safetensors header cannot hold them)",
+    t('{"dtype": "U8", "shape": [4294967296, 4294967296, 0], "data": []}'),
+    "ValidationOverflow",
+    "pass 2^64 − 1 (a later 0 does not help)",
+  ],
   ["empty input", "", "InvalidJson", "no JSON object"],
   ["an array at the top", "[1, 2]", "InvalidJson", "expected '{'"],
   ["truncated document", '{"w": {"dtype": "F32", "shape": [1], "data": [1', "InvalidJson", "unexpected end of input inside data"],

@@ -1,7 +1,7 @@
 /** What the reader accepts, as the README documents it. */
 import { describe, expect, it } from "vitest";
-import { readTensorBytes } from "@st-convert/core";
-import { readTensorJson } from "@st-convert/json";
+import { readTensorBytes, tensorFromBytes } from "@st-convert/core";
+import { readTensorJson, serializeTensorJson } from "@st-convert/json";
 import { failure, readAll, utf8 } from "./helpers.js";
 
 const f32 = (...values: number[]) => [...new Uint8Array(new Float32Array(values).buffer)];
@@ -120,5 +120,52 @@ describe("reading bytes", () => {
     const text = new TextDecoder().decode(doc);
     const start = text.indexOf("AQAC");
     expect(reads.every(([offset, length]) => offset >= start && offset + length <= start + 8)).toBe(true);
+  });
+});
+
+describe("many small tensors", () => {
+  const small = (count: number) =>
+    Array.from({ length: count }, (_, k) =>
+      tensorFromBytes({ name: `layers.${k}.w`, dtype: "F32", shape: [2] }, new Uint8Array(new Float32Array([k, -k]).buffer)),
+    );
+
+  it("reads 3,000 small tensors in document order with a few reads of the source, not one per tensor", async () => {
+    const tensors = small(3000);
+    const doc = await serializeTensorJson({ metadata: null, tensors });
+    const reads: [number, number][] = [];
+    const source = { size: doc.length, read: async (offset: number, length: number) => (reads.push([offset, length]), doc.slice(offset, offset + length)) };
+    const file = await readTensorJson(source);
+    reads.length = 0;
+    for (const [k, t] of file.tensors.entries()) expect([...new Float32Array((await readTensorBytes(t)).buffer)]).toEqual([k, -k]);
+    expect(reads.length).toBeLessThan(30);
+  });
+
+  it("reads field names and dtypes spelled with escapes, whatever the window", async () => {
+    const doc = '{"a": {"dt\\u0079pe": "F\\u00332", "sh\\u0061pe": [1], "d\\u0061ta": [1.5]}, "b": {"dtype": "U8", "shape": [1], "data": [7]}}';
+    for (const windowSize of [undefined, 1, 3, 17]) {
+      const { tensors } = await readAll(doc, { windowSize });
+      expect(tensors.map((t) => [t.name, t.dtype, t.shape, [...t.bytes]])).toEqual([
+        ["a", "F32", [1], [0, 0, 0xc0, 0x3f]],
+        ["b", "U8", [1], [7]],
+      ]);
+    }
+  });
+
+  it("reads the same tensors whatever the windows cut, plain entries and others alike", async () => {
+    const plain = new TextDecoder().decode(await serializeTensorJson({ metadata: { k: "v" }, tensors: small(200) }, { base64: false }));
+    // Every fifth entry spelled otherwise: fields out of order, nested data, base64, odd spacing.
+    const doc = plain
+      .split("\n")
+      .map((line, k) =>
+        k % 5 === 1
+          ? line.replace(/\{"dtype": "F32", "shape": \[2\], "data": \[(.*)\]\}/, '{ "shape" : [ 2 ] ,"data":[$1],  "dtype":"F32"}')
+          : k % 5 === 2
+            ? line.replace(/"data": \[(.*), (.*)\]/, '"data": [[$1, $2]]').replace('"shape": [2]', '"shape": [1, 2]')
+            : line,
+      )
+      .join("\n");
+    const expected = await readAll(doc);
+    expect(expected.tensors).toHaveLength(200);
+    for (const windowSize of [5, 64, 1000, 4096]) expect(await readAll(doc, { windowSize })).toEqual(expected);
   });
 });

@@ -79,6 +79,7 @@ describe("refusals", () => {
     ["a lone surrogate in a name", { metadata: null, tensors: [tensor("a\ud800", "U8", [1])] }, "InvalidName"],
     ["a lone surrogate in metadata", { metadata: createMetadata([["k", "\udc00"]]), tensors: [] }, "InvalidMetadata"],
     ["metadata that is not strings", { metadata: { k: 3 } as never, tensors: [] }, "InvalidMetadata"],
+    ["a shape whose dims overflow u64 before its 0", { metadata: null, tensors: [tensor("e", "U8", [2 ** 32, 2 ** 32, 0])] }, "ValidationOverflow"],
     ["a tensor delivering fewer bytes", { metadata: null, tensors: [lying(4, 3)] }, "ByteLengthMismatch"],
     ["a tensor delivering more bytes", { metadata: null, tensors: [lying(4, 5)] }, "ByteLengthMismatch"],
   ])("%s", async (_case, source, code) => {

@@ -12,6 +12,9 @@ export const t = (name: string, dtype: string, shape: string, offsets: string) =
 /** A header object from entries. */
 export const header = (...entries: string[]) => `{${entries.join(",")}}`;
 
+/** A valid header with `value` in a tensor field the reference ignores. */
+const ignoredField = (value: string) => `{"t":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":${value}}}`;
+
 /** [attack, file, expected error code or "ok"] */
 export const hostileCases: [string, Uint8Array, string][] = [
   // §1.2 steps 1–3: lengths
@@ -109,6 +112,35 @@ export const hostileCases: [string, Uint8Array, string][] = [
   ["one trailing byte (polyglot)", safetensorsFile(header(t("t", "U8", "1", "0,1")), 2), "MetadataIncompleteBuffer"],
   ["two missing bytes", safetensorsFile(header(t("t", "U8", "4", "0,4")), 2), "MetadataIncompleteBuffer"],
   ["trailing bytes after an empty header", safetensorsFile("{}", 3), "MetadataIncompleteBuffer"],
+  // Numbers serde_json cannot hold as an f64 ("number out of range"): refused wherever they stand,
+  // even in a field the reference ignores, since it parses every value of the header.
+  ["1e400 in an ignored field", safetensorsFile(ignoredField("1e400")), "InvalidHeaderDeserialization"],
+  ["-1e400 in an ignored field", safetensorsFile(ignoredField("-1e400")), "InvalidHeaderDeserialization"],
+  ["2e308 in an ignored field", safetensorsFile(ignoredField("2e308")), "InvalidHeaderDeserialization"],
+  ["1.8e308 in an ignored field", safetensorsFile(ignoredField("1.8e308")), "InvalidHeaderDeserialization"],
+  [
+    "1.7976931348623158e308 in an ignored field (rounds to the largest double, but serde's u64 × 10^292 overflows)",
+    safetensorsFile(ignoredField("1.7976931348623158e308")),
+    "InvalidHeaderDeserialization",
+  ],
+  ["100e307 in an ignored field (10^309)", safetensorsFile(ignoredField("100e307")), "InvalidHeaderDeserialization"],
+  ["0.1e310 in an ignored field (10^309)", safetensorsFile(ignoredField("0.1e310")), "InvalidHeaderDeserialization"],
+  ["a 400-digit integer in an ignored field", safetensorsFile(ignoredField(`1${"0".repeat(399)}`)), "InvalidHeaderDeserialization"],
+  ["a negative 400-digit integer in an ignored field", safetensorsFile(ignoredField(`-1${"0".repeat(399)}`)), "InvalidHeaderDeserialization"],
+  ["exponent past i32 max, 1e2147483648, in an ignored field", safetensorsFile(ignoredField("1e2147483648")), "InvalidHeaderDeserialization"],
+  ["1e400 in an ignored field nested in arrays", safetensorsFile(ignoredField('[[1, {"y": [1e400]}]]')), "InvalidHeaderDeserialization"],
+  ["1e400 as a dim", safetensorsFile(header(t("t", "U8", "1e400", "0,0"))), "InvalidHeaderDeserialization"],
+  ["1e400 as a data offset", safetensorsFile(header(t("t", "U8", "0", "0,1e400"))), "InvalidHeaderDeserialization"],
+  ["1e308 in an ignored field", safetensorsFile(ignoredField("1e308")), "ok"],
+  ["1.7976931348623157e308 (the largest double) in an ignored field", safetensorsFile(ignoredField("1.7976931348623157e308")), "ok"],
+  ["10e307 in an ignored field", safetensorsFile(ignoredField("10e307")), "ok"],
+  ["0.00001e313 in an ignored field (10^308)", safetensorsFile(ignoredField("0.00001e313")), "ok"],
+  ["a 309-digit integer, 10^308, in an ignored field", safetensorsFile(ignoredField(`1${"0".repeat(308)}`)), "ok"],
+  ["u64 max + 1 in an ignored field (a float to serde)", safetensorsFile(ignoredField("18446744073709551616")), "ok"],
+  ["1e-400 in an ignored field (underflows to 0)", safetensorsFile(ignoredField("1e-400")), "ok"],
+  ["-1e-400 in an ignored field (underflows to -0)", safetensorsFile(ignoredField("-1e-400")), "ok"],
+  ["0e2147483648 in an ignored field (a zero significand never overflows)", safetensorsFile(ignoredField("0e2147483648")), "ok"],
+  ["1e-2147483649 in an ignored field", safetensorsFile(ignoredField("1e-2147483649")), "ok"],
   // Stricter than the reference, as the format's README is.
   ["duplicate tensor name (reference: last wins)", safetensorsFile(`{${t("t", "U8", "2,2", "0,4")},${t("t", "U8", "4", "0,4")}}`, 4), "DuplicateKey"],
   ["duplicate metadata key (reference: last wins)", safetensorsFile('{"__metadata__":{"a":"1","a":"2"}}'), "DuplicateKey"],
