@@ -346,41 +346,61 @@ function observe(
   signal: AbortSignal | undefined,
   onProgress: ((done: number, total: number) => void) | undefined,
 ): { source: TensorSource; done: () => number; reading: () => boolean } {
-  const total = source.tensors.reduce((sum, t) => sum + t.byteLength, 0);
-  let done = 0;
-  let inRead = false;
-  const wrap = (entry: TensorEntry): TensorEntry => {
-    let furthest = 0;
-    return {
-      name: entry.name,
-      dtype: entry.dtype,
-      shape: entry.shape,
-      byteLength: entry.byteLength,
-      async *chunks(options?: ChunkOptions) {
-        const iterator = entry.chunks(options)[Symbol.asyncIterator]();
-        let position = 0;
-        for (;;) {
-          signal?.throwIfAborted();
-          inRead = true;
-          const next = await iterator.next();
-          inRead = false;
-          if (next.done === true) return;
-          position += next.value.byteLength;
-          if (position > furthest) {
-            done += Math.min(position, entry.byteLength) - Math.min(furthest, entry.byteLength);
-            furthest = position;
-          }
-          yield next.value;
-          onProgress?.(done, total);
-        }
-      },
-    };
-  };
+  const progress: Progress = { total: source.tensors.reduce((sum, t) => sum + t.byteLength, 0), done: 0, inRead: false, signal, onProgress };
   return {
-    source: { metadata: source.metadata, tensors: source.tensors.map(wrap) },
-    done: () => done,
-    reading: () => inRead,
+    // One small object per tensor (no closures): a checkpoint may hold hundreds of thousands.
+    source: { metadata: source.metadata, tensors: source.tensors.map((entry) => new ObservedEntry(entry, progress)) },
+    done: () => progress.done,
+    reading: () => progress.inRead,
   };
+}
+
+/** What every {@link ObservedEntry} of one conversion shares. */
+interface Progress {
+  readonly total: number;
+  done: number;
+  inRead: boolean;
+  readonly signal: AbortSignal | undefined;
+  readonly onProgress: ((done: number, total: number) => void) | undefined;
+}
+
+/** A tensor whose chunks count towards progress and check for an abort. */
+class ObservedEntry implements TensorEntry {
+  readonly name: string;
+  readonly dtype: TensorEntry["dtype"];
+  readonly shape: readonly number[];
+  readonly byteLength: number;
+  #furthest = 0;
+
+  constructor(
+    private readonly entry: TensorEntry,
+    private readonly progress: Progress,
+  ) {
+    this.name = entry.name;
+    this.dtype = entry.dtype;
+    this.shape = entry.shape;
+    this.byteLength = entry.byteLength;
+  }
+
+  async *chunks(options?: ChunkOptions): AsyncGenerator<Uint8Array> {
+    const progress = this.progress;
+    const iterator = this.entry.chunks(options)[Symbol.asyncIterator]();
+    let position = 0;
+    for (;;) {
+      progress.signal?.throwIfAborted();
+      progress.inRead = true;
+      const next = await iterator.next();
+      progress.inRead = false;
+      if (next.done === true) return;
+      position += next.value.byteLength;
+      if (position > this.#furthest) {
+        progress.done += Math.min(position, this.byteLength) - Math.min(this.#furthest, this.byteLength);
+        this.#furthest = position;
+      }
+      yield next.value;
+      progress.onProgress?.(progress.done, progress.total);
+    }
+  }
 }
 
 function abortError(error: unknown, signal: AbortSignal | undefined): unknown {

@@ -60,7 +60,9 @@ async function openStdin(context: Parameters<Command["run"]>[1]) {
 function infoTable(file: string, found: FileReport): string {
   const rows = found.tensors.map((t) => [t.name, t.dtype, `[${t.shape.join(", ")}]`, groupDigits(t.byteLength)]);
   const header = ["name", "dtype", "shape", "bytes"];
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  // A loop, not Math.max(...rows): spreading 120,000+ arguments overflows the stack.
+  const widths = header.map((h) => h.length);
+  for (const row of rows) for (let i = 0; i < row.length; i++) widths[i] = Math.max(widths[i]!, row[i]!.length);
   const line = (cells: string[]) =>
     cells
       .map((cell, i) => (i === cells.length - 1 ? cell.padStart(widths[i]!) : cell.padEnd(widths[i]!)))

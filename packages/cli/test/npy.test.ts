@@ -70,7 +70,10 @@ describe("st-convert npz/npy -> safetensors", () => {
     expect((await view(out)).tensors[0]!.dtype).toBe("BF16");
     expect(runCli([npy("npz_bf16_declared.npz"), out, "--force", "--dtype", "bf:V2=BF16"]).status).toBe(0);
     expect((await view(out)).tensors.find((t) => t.name === "bf")!.dtype).toBe("BF16");
-    expect(oneLineRefusal([npy("ml_bf16.npy"), out, "--force", "--dtype", "V2=F32"], "InvalidArgument")).toContain("F32 has 4 bytes per element, V2 has 2");
+    // A malformed declaration is a command-line mistake: exit 2, with the rule.
+    const malformed = runCli([npy("ml_bf16.npy"), out, "--force", "--dtype", "V2=F32"]);
+    expect(malformed.status).toBe(2);
+    expect(malformed.stderr).toContain("F32 has 4 bytes per element, V2 has 2");
   });
 
   it("warns about members that are not arrays and converts the rest", async () => {

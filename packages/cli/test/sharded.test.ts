@@ -61,12 +61,12 @@ describe("a sharded checkpoint, through its index", () => {
     expect(readdirSync(dir).sort()).toEqual(["ckpt"]);
   });
 
-  it("is not written: a sharded output is refused before anything is left behind", () => {
+  it("is written when named as the output: shards at huggingface_hub's 5GB default (one file here, so no index)", () => {
     const out = join(dir, "model.safetensors.index.json");
     const run = runCli([fixturePath("sharded", "merged.safetensors"), out]);
-    expect(run.status).toBe(2);
-    expect(run.stderr).toMatch(/safetensors-index can be read but not written/);
-    expect(readdirSync(dir)).toEqual([]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(readdirSync(dir)).toEqual(["model.safetensors"]);
+    expect(readFileSync(join(dir, "model.safetensors")).equals(readFileSync(fixturePath("sharded", "merged.safetensors")))).toBe(true);
   });
 
   it("is left out of folder walks, whose batch converts each shard on its own", () => {
