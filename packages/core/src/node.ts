@@ -151,6 +151,9 @@ export const SINK_COALESCE_BELOW = 64 * 1024;
  */
 export const SINK_BUFFER_SIZE = 1024 * 1024;
 
+/** The gathering buffer's first size; it doubles up to {@link SINK_BUFFER_SIZE} as writes need. */
+const SINK_FIRST_BUFFER = 16 * 1024;
+
 /** Symbolic links followed from an output path before giving up: Linux's own limit (MAXSYMLINKS). */
 const MAX_SYMLINK_HOPS = 40;
 
@@ -553,7 +556,16 @@ class CoalescingWriter {
       return;
     }
     if (this.#filled + chunk.byteLength > SINK_BUFFER_SIZE) await this.#drain();
-    this.#buffer ??= new Uint8Array(SINK_BUFFER_SIZE);
+    // Grown as needed, not 1 MiB at once: a batch of small files makes one sink each, and a fresh
+    // 1 MiB per file kept the garbage collector busy for most of the run.
+    const needed = this.#filled + chunk.byteLength;
+    if (this.#buffer === undefined || this.#buffer.byteLength < needed) {
+      let size = Math.max(this.#buffer?.byteLength ?? SINK_FIRST_BUFFER, SINK_FIRST_BUFFER);
+      while (size < needed) size *= 2;
+      const grown = new Uint8Array(Math.min(size, SINK_BUFFER_SIZE));
+      if (this.#buffer !== undefined) grown.set(this.#buffer.subarray(0, this.#filled));
+      this.#buffer = grown;
+    }
     this.#buffer.set(chunk, this.#filled);
     this.#filled += chunk.byteLength;
   }

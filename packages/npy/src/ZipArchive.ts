@@ -653,6 +653,8 @@ const encoder = new TextEncoder();
 
 /** The writer gathers pieces smaller than {@link WRITE_DIRECT} into writes of up to this many bytes. */
 const WRITE_BATCH = 1024 * 1024;
+/** The batch buffer's first size; it doubles up to {@link WRITE_BATCH}. */
+const FIRST_BATCH = 16 * 1024;
 /** Pieces of at least this many bytes (tensor chunks) go to the sink as they are, without a copy. */
 const WRITE_DIRECT = 64 * 1024;
 
@@ -710,7 +712,8 @@ export class ZipWriter {
   readonly #entries: WrittenEntry[] = [];
   #offset = 0;
   /** Small pieces (headers, small members, directory entries) gathered for one sink write. */
-  readonly #batch = new Uint8Array(WRITE_BATCH);
+  // Grown as needed up to WRITE_BATCH: a batch of small archives makes a writer each.
+  #batch = new Uint8Array(FIRST_BATCH);
   #batched = 0;
 
   constructor(sink: ByteSink, codec: Codec) {
@@ -726,6 +729,13 @@ export class ZipWriter {
       return;
     }
     if (this.#batched + bytes.byteLength > WRITE_BATCH) await this.#flush();
+    if (this.#batched + bytes.byteLength > this.#batch.byteLength) {
+      let size = this.#batch.byteLength * 2;
+      while (size < this.#batched + bytes.byteLength) size *= 2;
+      const grown = new Uint8Array(Math.min(size, WRITE_BATCH));
+      grown.set(this.#batch.subarray(0, this.#batched));
+      this.#batch = grown;
+    }
     this.#batch.set(bytes, this.#batched);
     this.#batched += bytes.byteLength;
   }
