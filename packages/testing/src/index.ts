@@ -179,3 +179,46 @@ export function expectOneLineRefusal(args: readonly string[], code: string): str
   expect(lines[0]).not.toMatch(/\bat .*\.js:\d+/);
   return lines[0]!;
 }
+export {
+  type LoggedRequest,
+  type RangeServer,
+  type RangeServerOptions,
+  type ServedFile,
+  type ServedVersion,
+  servedBytes,
+  sparseFile,
+  startRangeServer,
+} from "./rangeServer.js";
+export {
+  type DifferentialCase,
+  type DifferentialOptions,
+  type DifferentialReport,
+  type DifferentialTarget,
+  DTYPE_BITS,
+  type KnownDifference,
+  KNOWN_DIFFERENCES,
+  OPEN_DISAGREEMENTS,
+  OPEN_WRITER_FAILURES,
+  type OpenWriterFailure,
+  type OurReader,
+  type OurVerdict,
+  type ReferenceVerdict,
+  ReferenceReader,
+  type TensorSet,
+  type TensorSpec,
+  type TensorView,
+  type WriterOutcome,
+  type WriterReport,
+  type WriterTarget,
+  compareVerdicts,
+  differentialMutant,
+  formatReport,
+  formatWriterReport,
+  judge,
+  randomTensorSet,
+  runDifferential,
+  runWriterProperty,
+  tensorDifference,
+} from "./differential.js";
+export { MUTATORS, type Mutant, type MutationContext, type Mutator, mutate } from "./mutators.js";
+export { Random } from "./Random.js";
