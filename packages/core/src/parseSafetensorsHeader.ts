@@ -493,7 +493,8 @@ class HeaderParser {
     const bytes =
       length === 5 ? (buf[at] === 0x64 ? DTYPE_BYTES_KEY : buf[at] === 0x73 ? SHAPE_BYTES_KEY : undefined) : length === 12 ? OFFSETS_BYTES_KEY : undefined;
     if (bytes === undefined) return OTHER_FIELD;
-    for (let k = 1; k < length; k++) if (bytes[k] !== buf[at + k]) return OTHER_FIELD;
+    // From the first byte: for length 12 it chose nothing yet (`tata_offsets` is another key).
+    for (let k = 0; k < length; k++) if (bytes[k] !== buf[at + k]) return OTHER_FIELD;
     return length === 12 ? OFFSETS_FIELD : bytes === DTYPE_BYTES_KEY ? DTYPE_FIELD : SHAPE_FIELD;
   }
 
