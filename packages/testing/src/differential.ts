@@ -549,15 +549,6 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
  */
 export const OPEN_DISAGREEMENTS: readonly KnownDifference[] = [
   {
-    id: "open:safetensors-offsets-key-first-byte",
-    formats: ["safetensors"],
-    summary:
-      "a 12-byte key that differs from data_offsets only in its first byte (tata_offsets, Data_offsets) is read as data_offsets: we read the tensor; the reference refuses (missing field data_offsets), or, beside a real data_offsets, we refuse a duplicate field it ignores",
-    reason: "the header parser tells keys apart by length and first byte and then compares from the second byte on: for length 12 the first byte is never compared",
-    matches: (c) =>
-      referenceRefuses(c, /missing field `data_offsets`/) || (referenceAccepts(c) && refusesWith(c, "InvalidHeaderDeserialization") && /duplicate field `data_offsets`/.test(ourMessage(c))),
-  },
-  {
     id: "open:npy-rank-past-64",
     formats: ["npy", "npz"],
     summary: "an npy header with more than 64 dimensions: we read it; numpy refuses (NPY_MAXDIMS)",
@@ -567,7 +558,8 @@ export const OPEN_DISAGREEMENTS: readonly KnownDifference[] = [
   {
     id: "open:npy-byte-order-on-void",
     formats: ["npy", "npz"],
-    summary: "a void descr with a byte order ('>V2'): numpy ignores it (void has none) and keeps the raw bytes; we read the declared dtype (V2=BF16) big-endian and swap it",
+    summary:
+      "a void descr with a byte order ('>V2'): numpy ignores it (void has none) and keeps the raw bytes; we read the declared dtype (V2=BF16) big-endian and swap it",
     reason: "the descr parser keeps the byte order for voids; np.dtype('>V2') is '|V2'",
     matches: (c) => c.comparison.kind === "different" && /^bytes of/.test(c.comparison.what) && referenceDtypes(c).some((d) => /^V\d+$/.test(d)),
   },

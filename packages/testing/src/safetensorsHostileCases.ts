@@ -40,7 +40,11 @@ export const hostileCases: [string, Uint8Array, string][] = [
   ["a JSON array", safetensorsFile("[]"), "InvalidHeaderDeserialization"],
   // A key of data_offsets' length that differs only in its first byte is another key (found by the differential fuzzer).
   ["tata_offsets instead of data_offsets", safetensorsFile('{"t":{"dtype":"U8","shape":[1],"tata_offsets":[0,1]}}', 1), "InvalidHeaderDeserialization"],
-  ["Data_offsets beside data_offsets: an ignored field", safetensorsFile('{"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"Data_offsets":[0,1]}}', 1), "ok"],
+  [
+    "Data_offsets beside data_offsets: an ignored field",
+    safetensorsFile('{"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"Data_offsets":[0,1]}}', 1),
+    "ok",
+  ],
   ["a JSON string", safetensorsFile('"x"'), "InvalidHeaderDeserialization"],
   ["trailing comma", safetensorsFile('{"a":1,}'), "InvalidHeaderDeserialization"],
   ["two top-level objects", safetensorsFile("{}{}"), "InvalidHeaderDeserialization"],
