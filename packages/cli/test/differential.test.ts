@@ -243,6 +243,7 @@ describeInterop("differential fuzzing against the reference readers", (python) =
           seed,
           mutants: long ? Number.MAX_SAFE_INTEGER : mutantsPerFormat,
           deadline: deadlineFor(),
+          keepOpenExamples: long,
           log: (line) => console.log(line),
         });
         console.log(formatReport(report));

@@ -342,6 +342,11 @@ function duplicateMemberNames(bytes: Uint8Array): boolean {
   return new Set(names).size !== names.length;
 }
 
+/** True when a member name of the archive holds NUL. */
+function nulInMemberName(bytes: Uint8Array): boolean {
+  return (readDirectory(bytes)?.entries ?? []).some((e) => e.name.includes(0));
+}
+
 const isZip = (bytes: Uint8Array): boolean => bytes[0] === 0x50 && bytes[1] === 0x4b;
 const refusesWith = (c: DifferentialCase, ...codes: string[]): boolean => !c.ours.ok && codes.includes(c.ours.code);
 const referenceAccepts = (c: DifferentialCase): boolean => c.reference.ok;
@@ -387,6 +392,22 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
       !duplicateMemberNames(c.bytes),
   },
   {
+    id: "torch-crc-checked",
+    formats: ["torch"],
+    summary: "a torch record whose CRC-32 is not its bytes' (and not 0, torch's 'not computed'): we refuse (BadCrc); torch never checks CRCs",
+    reason:
+      "a record whose bytes changed after it was written is corrupt or tampered with; 0 is what torch writes when asked not to compute CRCs, so it is let through",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "BadCrc"),
+  },
+  {
+    id: "zip-directory-overrun",
+    formats: ["npz", "torch"],
+    summary:
+      "a central directory entry whose name, extra or comment length runs past the directory's declared size: we refuse (BadZipFile, 'Truncated central directory'); zipfile stops reading the directory there and drops the members after it without a word",
+    reason: "a member dropped silently is a tensor lost; a directory that contradicts its own size is corrupt",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "BadZipFile") && /Truncated central directory/.test(ourMessage(c)),
+  },
+  {
     id: "zip-methods-numpy-never-writes",
     formats: ["npz"],
     summary:
@@ -400,7 +421,9 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
     summary: "an empty tensor with a dimension past 2^53 − 1: we refuse (Unsupported); the reference reads it",
     reason: "a JavaScript number cannot hold the dimension exactly; no real file needs one",
     matches: (c) =>
-      referenceAccepts(c) && refusesWith(c, "Unsupported", "InvalidShape") && referenceShapes(c).some((s) => s.some((d) => d > Number.MAX_SAFE_INTEGER)),
+      referenceAccepts(c) &&
+      refusesWith(c, "Unsupported", "InvalidShape", "InvalidTensor") &&
+      referenceShapes(c).some((s) => s.some((d) => d > Number.MAX_SAFE_INTEGER)),
   },
   {
     id: "no-safetensors-dtype",
@@ -526,6 +549,14 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
       ),
   },
   {
+    id: "torch-storage-never-zero-filled",
+    formats: ["torch"],
+    summary:
+      "a tensor whose storage key is not in a legacy checkpoint's key list (or has no data/<key> record): we refuse (MissingStorage); torch's legacy loader leaves that storage as allocated, uninitialised",
+    reason: "a tensor of whatever memory held is a plausible but wrong output; st-convert never zero-fills or invents bytes",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "MissingStorage"),
+  },
+  {
     id: "torch-non-tensor-keys",
     formats: ["torch"],
     summary: "a tensor under a dict key that is neither str nor int: we refuse (InvalidName); torch.load returns the dict",
@@ -567,7 +598,7 @@ export const OPEN_DISAGREEMENTS: readonly KnownDifference[] = [
     id: "open:npy-subarray-descr-from-a-file",
     formats: ["npy"],
     summary:
-      "descr '6i4' (a subarray of 6 per item) with shape (2, 3) and 24 data bytes: np.load of a file reads int32 (2, 3) (fromfile reads the one whole item there is); we refuse saying numpy cannot",
+      "a subarray descr ('6i4', ('<f4', (2,))) whose data holds only shape × base elements: np.load of a file reads it as the base type (numpy.fromfile reads the whole items there are, then reshapes); we refuse (UnsupportedDtype) saying numpy cannot",
     reason: "the reader models np.load of a stream (read_array's _read_bytes, 'Failed to read all data'), not of a file (numpy.fromfile)",
     matches: (c) => referenceAccepts(c) && refusesWith(c, "UnsupportedDtype") && /subarray/.test(ourMessage(c)),
   },
@@ -613,9 +644,13 @@ export const OPEN_DISAGREEMENTS: readonly KnownDifference[] = [
     id: "open:torch-record-contents",
     formats: ["torch"],
     summary:
-      "a version or .format_version record that is not an integer, a byteorder record that is not exactly 'little' or 'big' ('little\\n', 'LITTLE'): torch refuses; we read it",
-    reason: "the torch reader ignores version records and normalises byteorder",
-    matches: (c) => referenceRefuses(c, /invalid literal for int|Unknown endianness/),
+      "a version or .format_version record that is not an integer, a byteorder record that is not exactly 'little' or 'big' ('little\\n', 'LITTLE'), a record whose size the directory misstates, a storage record no tensor uses whose size is not its declaration's: torch refuses; we read it",
+    reason: "the torch reader ignores version records, normalises byteorder, and reads only the records its tensors need",
+    matches: (c) =>
+      referenceRefuses(
+        c,
+        /invalid literal for int|Unknown endianness|Couldn't parse the version|unexpected decompressed size|record size .* does not match expected size/,
+      ),
   },
   {
     id: "open:torch-miniz-container-checks",
@@ -623,23 +658,57 @@ export const OPEN_DISAGREEMENTS: readonly KnownDifference[] = [
     summary:
       "an archive torch's miniz refuses and zipfile reads: an encryption flag on any member, non-zero disk numbers, entry counts or directory offsets that do not add up, bytes before the archive, a 64 KiB comment (OSError EINVAL), a member name that is not UTF-8: we read it",
     reason: "the zip reader follows CPython's zipfile, which tolerates these; torch.load is the reference for .pt",
-    matches: (c) => referenceRefuses(c, /PytorchStreamReader failed reading zip archive|Invalid argument|codec can't decode/),
+    matches: (c) => referenceRefuses(c, /PytorchStreamReader failed (reading zip archive|retrieving file meta-data)|Invalid argument|codec can't decode/),
   },
   {
     id: "open:torch-rebuild-semantics",
     formats: ["torch"],
     summary:
-      "rebuild calls torch rejects: requires_grad True on an integer tensor or not a bool, _rebuild_from_type_v2 with the wrong argument count, an unhashable dict key, a storage class called: torch refuses; we read the tensors",
+      "rebuild calls torch rejects: requires_grad True on an integer tensor or not a bool, _rebuild_from_type_v2 with the wrong argument count or a state that is not a dict, an unhashable dict key, a storage class called, a dtype where a class should be: torch refuses; we read the tensors",
     reason: "the pickle reader interprets rebuild arguments leniently; each such call fails in torch.load",
-    matches: (c) => referenceRefuses(c, /require gradients|requires_grad|positional argument|unhashable|not callable|in-place operation/),
+    matches: (c) =>
+      referenceRefuses(
+        c,
+        /require gradients|requires_grad|positional argument|unhashable|not callable|in-place operation|not enough values to unpack|is not a type object|expected dict, got|has no attribute|not resizable|Invalid serialized state/,
+      ),
   },
   {
-    id: "open:torch-duplicate-record-names",
+    id: "open:torch-record-names-cut-at-nul",
     formats: ["torch"],
     summary:
-      "two records of one name (byteorder, data/0; also once cut at NUL, as zipfile cuts names: byteorder\\0z): torch's miniz reads the first (and keeps the NUL), our zip reader the last; the two can give different tensors",
-    reason: "the npz reader refuses duplicate names for npz; the torch path does not",
-    matches: (c) => !(c.ours.ok && c.reference.ok && c.comparison.kind === "both-accept") && isZip(c.bytes) && duplicateMemberNames(c.bytes),
+      "a record name holding NUL (archive/byteorder\\0, or byteorder\\0z beside byteorder): our zip reader cuts it at the NUL, as zipfile does, and takes the last of the names that then collide; torch's miniz keeps the whole name, so it reads another byteorder (or none) and the two give different tensors",
+    reason: "the npz rule (names cut at NUL, collisions refused) is applied to torch archives without the collision check, and torch does not cut",
+    matches: (c) =>
+      !(c.comparison.kind === "both-accept" || c.comparison.kind === "both-refuse") &&
+      isZip(c.bytes) &&
+      (duplicateMemberNames(c.bytes) || nulInMemberName(c.bytes)),
+  },
+  {
+    id: "open:torch-bool-bytes",
+    formats: ["torch"],
+    summary: "a bool storage holding bytes other than 0 and 1: torch reads True and gives 0x01 back; we pass the byte through (0x55)",
+    reason: "the reader copies storage bytes as they are; the flax reader normalises bool scalars, this one does not",
+    matches: (c) =>
+      c.comparison.kind === "different" &&
+      /^bytes of/.test(c.comparison.what) &&
+      c.ours.ok &&
+      c.ours.tensors.some((t) => t.dtype === "BOOL" && c.comparison.kind === "different" && c.comparison.what.includes(JSON.stringify(t.name))),
+  },
+  {
+    id: "open:torch-bools-as-integers",
+    formats: ["torch"],
+    summary:
+      "a bool where a rebuild call wants an int (a stride True, an offset False): torch takes it as 1 or 0 (Python's bool is an int); we refuse (InvalidTensor)",
+    reason: "the argument checks accept int values only",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "InvalidTensor") && /is a bool/.test(ourMessage(c)),
+  },
+  {
+    id: "open:torch-strides-torch-ignores",
+    formats: ["torch"],
+    summary:
+      "a stride that is negative or past 2^53 where it cannot matter (a dimension of size 1, an empty tensor): torch accepts the view; we refuse (InvalidTensor: not a non-negative integer)",
+    reason: "strides are checked before the shape says whether they are ever used",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "InvalidTensor") && /stride\[\d+\]/.test(ourMessage(c)),
   },
   {
     id: "open:torch-archive-after-archive",
@@ -649,11 +718,12 @@ export const OPEN_DISAGREEMENTS: readonly KnownDifference[] = [
     matches: (c) => c.comparison.kind === "different" && (readDirectory(c.bytes)?.endRecords ?? 0) > 1,
   },
   {
-    id: "open:torch-legacy-magic-spelled-otherwise",
+    id: "open:torch-legacy-structure",
     formats: ["torch"],
-    summary: "a legacy checkpoint whose first pickle yields the magic number by other opcodes (NONE then LONG1): torch accepts; we refuse (NotACheckpoint)",
-    reason: "the legacy format is recognised by its exact first bytes",
-    matches: (c) => referenceAccepts(c) && refusesWith(c, "NotACheckpoint") && !isZip(c.bytes),
+    summary:
+      "a legacy checkpoint whose first pickle yields the magic number by other opcodes (NONE then LONG1), or whose storage key list is a set or tuple: torch accepts (it unpickles and iterates); we refuse (NotACheckpoint, InvalidCheckpoint)",
+    reason: "the legacy format is recognised by its exact first bytes and the key list must be a list",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "NotACheckpoint", "InvalidCheckpoint") && !isZip(c.bytes),
   },
 ];
 
@@ -716,6 +786,8 @@ export interface DifferentialOptions {
   dir?: string;
   known?: readonly KnownDifference[];
   open?: readonly KnownDifference[];
+  /** Keep the first file of each open class (long runs, for reproducers). Default false: only failures' files stay. */
+  keepOpenExamples?: boolean;
   /** Receives a progress line now and then. */
   log?: (line: string) => void;
 }
@@ -853,7 +925,7 @@ export async function runDifferential(options: DifferentialOptions): Promise<Dif
     if (kind === "open") {
       const entry = report.open[label];
       if (entry === undefined) {
-        keep = true;
+        keep = options.keepOpenExamples === true;
         report.open[label] = { count: 1, example: example() };
       } else entry.count++;
     }
@@ -871,7 +943,9 @@ export async function runDifferential(options: DifferentialOptions): Promise<Dif
       options.log(`${target.format}: ${report.mutants} mutants, ${Object.values(report.failures).reduce((n, f) => n + f.count, 0)} failures`);
     }
   }
-  if (Object.keys(report.failures).length === 0 && Object.keys(report.open).length === 0) rmSync(dir, { recursive: true, force: true });
+  if (Object.keys(report.failures).length === 0 && (options.keepOpenExamples !== true || Object.keys(report.open).length === 0)) {
+    rmSync(dir, { recursive: true, force: true });
+  }
   return report;
 }
 
@@ -888,7 +962,9 @@ export function formatReport(report: DifferentialReport): string {
     if (process.env.ST_CONVERT_DIFF_VERBOSE === "1") lines.push(`      e.g. ${report.knownExamples[id]}`);
   }
   for (const [id, o] of Object.entries(report.open).sort(([, a], [, b]) => b.count - a.count)) {
-    lines.push(`  OPEN        ${String(o.count).padStart(6)}  ${id} (e.g. ${o.example.file})`);
+    lines.push(
+      `  OPEN        ${String(o.count).padStart(6)}  ${id} (e.g. mutant ${o.example.index} of ${o.example.seedFile} by ${o.example.steps.join(" + ")})`,
+    );
   }
   for (const [what, n] of Object.entries(report.referenceSilent)) lines.push(`  no verdict  ${String(n).padStart(6)}  ${what} (the reference)`);
   for (const [what, f] of failures.sort(([, a], [, b]) => b.count - a.count)) {

@@ -117,7 +117,7 @@ function parseExtras(b: Uint8Array): ZipExtra[] | undefined {
 /** The model of a valid archive, or undefined when `bytes` is not one this parser follows. */
 export function parseZip(bytes: Uint8Array): ZipModel | undefined {
   let eocd = -1;
-  for (let at = bytes.byteLength - 22; at >= Math.max(0, bytes.byteLength - 22 - 65535); at--) {
+  for (let at = bytes.byteLength - 22; at >= Math.max(0, bytes.byteLength - 22 - 65536); at--) {
     if (u32(bytes, at) === EOCD && at + 22 + u16(bytes, at + 20) <= bytes.byteLength) {
       eocd = at;
       break;
@@ -507,25 +507,33 @@ export function readDirectory(bytes: Uint8Array): { entries: ZipDirectoryEntry[]
   let endRecords = 0;
   for (let at = 0; at + 4 <= bytes.byteLength; at++) if (u32(bytes, at) === EOCD) endRecords++;
   let eocd = -1;
-  for (let at = bytes.byteLength - 22; at >= Math.max(0, bytes.byteLength - 22 - 65535); at--) {
+  for (let at = bytes.byteLength - 22; at >= Math.max(0, bytes.byteLength - 22 - 65536); at--) {
     if (u32(bytes, at) === EOCD) {
       eocd = at;
       break;
     }
   }
   if (eocd < 0) return undefined;
-  let count = u16(bytes, eocd + 10);
+  let directorySize = u32(bytes, eocd + 12);
   let directoryOffset = u32(bytes, eocd + 16);
+  let end = eocd;
   if (eocd >= 20 && u32(bytes, eocd - 20) === ZIP64_LOCATOR) {
     const record = u64(bytes, eocd - 12);
     if (record + 56 <= bytes.byteLength && u32(bytes, record) === ZIP64_EOCD) {
-      count = u64(bytes, record + 32);
+      directorySize = u64(bytes, record + 40);
       directoryOffset = u64(bytes, record + 48);
+      end = record;
     }
   }
+  // Offsets are relative to where the archive starts, as zipfile reads them: bytes before it
+  // (another archive, a prefix) shift every record by the same amount.
+  const concat = Math.max(0, end - directorySize - directoryOffset);
+  directoryOffset += concat;
   const entries: ZipDirectoryEntry[] = [];
   let at = directoryOffset;
-  for (let i = 0; i < count && at + 46 <= bytes.byteLength && u32(bytes, at) === CENTRAL; i++) {
+  // Entries are read up to the directory's declared size, as zipfile reads them (it ignores the counts).
+  const directoryEnd = directoryOffset + directorySize;
+  while (at + 46 <= Math.min(bytes.byteLength, directoryEnd) && u32(bytes, at) === CENTRAL) {
     const nameLength = u16(bytes, at + 28);
     const extraLength = u16(bytes, at + 30);
     const extras = parseExtras(bytes.subarray(at + 46 + nameLength, at + 46 + nameLength + extraLength)) ?? [];
@@ -539,7 +547,7 @@ export function readDirectory(bytes: Uint8Array): { entries: ZipDirectoryEntry[]
     };
     const size = wide(u32(bytes, at + 24));
     const compressedSize = wide(u32(bytes, at + 20));
-    const offset = wide(u32(bytes, at + 42));
+    const offset = wide(u32(bytes, at + 42)) + concat;
     entries.push({
       name: bytes.slice(at + 46, at + 46 + nameLength),
       flags: u16(bytes, at + 8),
