@@ -19,7 +19,7 @@ import { createFileSink, createScratchFile, openFileSource, removeStaleTempFiles
 import { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
 import { isRemoteInput, openRemoteInput, remoteSibling } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
-import { groupDigits } from "./text.js";
+import { plural } from "./text.js";
 import { type TransformOptions, compileTransforms, selects, transformTensors } from "./transforms.js";
 
 /** Receives a non-fatal notice and the file it concerns (the input, an output, a shard). */
@@ -201,10 +201,6 @@ function checkSomethingToWrite(opened: OpenedInput, options: ConvertOptions, war
     );
   }
   if (warned) throw new StConvertError("NothingToWrite", "no tensor is left to write: the reader skipped everything it found (see the warnings)");
-}
-
-function plural(count: number, noun: string): string {
-  return `${groupDigits(count)} ${count === 1 ? noun : `${noun}s`}`;
 }
 
 /**

@@ -9,7 +9,7 @@ import { basename, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
 import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
-import { FORMATS, detectOutputFormat, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
+import { FORMATS, detectOutputFormat, formatByExtension, matchExtension, readHead } from "./formats.js";
 
 /** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
 export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgress"> {
@@ -68,8 +68,8 @@ export const DEFAULT_JOBS = 2;
  */
 export async function convertMany(inputs: readonly string[], options: ConvertManyOptions): Promise<BatchSummary> {
   const formats = options.formats ?? FORMATS;
-  const to = formatByName(options.to, formats);
-  if (to.readOnly === true) detectOutputFormat("", to.name, formats); // throws the read-only refusal
+  // By name, refusing a format that can only be read.
+  const to = detectOutputFormat(options.outDir, options.to, formats);
   const jobs = options.jobs ?? DEFAULT_JOBS;
   if (!Number.isInteger(jobs) || jobs < 1) throw new StConvertError("InvalidOption", `--jobs must be a whole number of at least 1, got ${jobs}`);
   const outDirInfo = await stat(options.outDir).catch(() => undefined);

@@ -8,11 +8,12 @@
  */
 import { copyFile, mkdir, readFile, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { type Dtype, StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
+import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { openFileSource } from "@st-convert/core/node";
 import { type ConvertOptions, convert, inspect } from "./convert.js";
 import { FORMATS, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
-import { type ShardPlan, indexJson, shardable } from "./shards.js";
+import { type ShardPlan, type ShardedTensor, indexJson, shardable } from "./shards.js";
+import { parameterCount } from "./text.js";
 
 /** Options of {@link convertModel}: those of `convert()` (`to` required) plus what to do with the other files. */
 export interface ConvertModelOptions extends ConvertOptions {
@@ -261,14 +262,14 @@ function planIndex(
       let tensors = 0;
       let bytes = 0;
       let parameters = 0;
-      const plan: ShardPlan = { shards: [], sharded: true, totalSize: 0, totalParameters: 0 };
+      const plan: ShardPlan<ShardedTensor> = { shards: [], sharded: true, totalSize: 0, totalParameters: 0 };
       for (const [shard, output] of renamed) {
         const result = await convert(join(dir, shard), join(staging, output), checkpointOptions(options, warn));
         tensors += result.tensors;
         bytes += result.bytes;
         const written = await inspect(join(staging, output), { formats: options.formats });
-        for (const t of written.tensors) parameters += t.shape.includes(0) ? 0 : t.shape.reduce((n, d) => n * d, 1);
-        plan.shards.push({ name: output, tensors: written.tensors.map((t) => ({ ...t, dtype: t.dtype as Dtype, chunks: () => emptyChunks() })) });
+        for (const t of written.tensors) parameters += parameterCount(t.shape);
+        plan.shards.push({ name: output, tensors: written.tensors });
       }
       const mapped = new Set(plan.shards.flatMap((s) => s.tensors.map((t) => t.name)));
       for (const name of Object.keys(index.weightMap)) {
@@ -283,9 +284,7 @@ function planIndex(
   };
 }
 
-async function* emptyChunks(): AsyncGenerator<Uint8Array> {}
-
-async function writeIndexFile(path: string, plan: ShardPlan): Promise<void> {
+async function writeIndexFile(path: string, plan: ShardPlan<ShardedTensor>): Promise<void> {
   await writeFile(path, indexJson(plan), { flag: "wx" });
 }
 

@@ -6,6 +6,7 @@
  */
 import { isStConvertError } from "@st-convert/core";
 import type { FileReport } from "./convert.js";
+import { parameterCount } from "./text.js";
 
 /** Version of the report's shape (`"version"` in every report). */
 export const REPORT_VERSION = 1 as const;
@@ -128,10 +129,7 @@ export function infoTotals(found: FileReport): { tensors: number; parameters: nu
   let parameters = 0;
   let bytes = 0;
   for (const t of found.tensors) {
-    // A zero anywhere makes an empty tensor, however large the other dimensions (no Infinity × 0).
-    let elements = t.shape.includes(0) ? 0 : 1;
-    for (const d of t.shape) if (elements !== 0) elements *= d;
-    parameters += elements;
+    parameters += parameterCount(t.shape);
     bytes += t.byteLength;
   }
   return { tensors: found.tensors.length, parameters, bytes };

@@ -9,6 +9,7 @@ import { mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { type ByteSink, StConvertError, type TensorEntry, type TensorFormat, type TensorSource } from "@st-convert/core";
 import { type AtomicFileSink, createFileSink } from "@st-convert/core/node";
+import { parameterCount } from "./text.js";
 
 /** huggingface_hub's default limit (`MAX_SHARD_SIZE`, 5 GB), used when the output names an index. */
 export const DEFAULT_MAX_SHARD_SIZE = 5 * 10 ** 9;
@@ -92,9 +93,12 @@ export function shardName(weightsName: string, k: number, n: number): string {
 }
 
 /** How tensors fall into shards. */
-export interface ShardPlan {
+/** What a shard plan and an index need of a tensor. */
+export type ShardedTensor = Pick<TensorEntry, "name" | "shape" | "byteLength">;
+
+export interface ShardPlan<T extends ShardedTensor = TensorEntry> {
   /** File names and their tensors, in the order written; one unsharded file when `sharded` is false. */
-  shards: { name: string; tensors: TensorEntry[] }[];
+  shards: { name: string; tensors: T[] }[];
   sharded: boolean;
   totalSize: number;
   totalParameters: number;
@@ -106,14 +110,14 @@ export interface ShardPlan {
  * larger than the limit gets a shard of its own at once, while the open shard stays open (so it
  * may come before that shard in the list); a single shard is the unsharded checkpoint.
  */
-export function planShards(tensors: readonly TensorEntry[], maxShardSize: number, weightsName: string): ShardPlan {
-  const groups: TensorEntry[][] = [];
-  let current: TensorEntry[] = [];
+export function planShards<T extends ShardedTensor>(tensors: readonly T[], maxShardSize: number, weightsName: string): ShardPlan<T> {
+  const groups: T[][] = [];
+  let current: T[] = [];
   let currentSize = 0;
   let totalSize = 0;
   let totalParameters = 0;
   for (const tensor of tensors) {
-    totalParameters += tensor.shape.includes(0) ? 0 : tensor.shape.reduce((n, d) => n * d, 1);
+    totalParameters += parameterCount(tensor.shape);
     totalSize += tensor.byteLength;
     if (tensor.byteLength > maxShardSize) {
       groups.push([tensor]);
@@ -143,7 +147,7 @@ export function planShards(tensors: readonly TensorEntry[], maxShardSize: number
  * (keys sorted by code point, non-ASCII escaped as `\uXXXX`), with `total_parameters` and
  * `total_size` in its metadata.
  */
-export function indexJson(plan: ShardPlan): string {
+export function indexJson(plan: ShardPlan<ShardedTensor>): string {
   const weightMap = new Map<string, string>();
   for (const shard of plan.shards) for (const t of shard.tensors) weightMap.set(t.name, shard.name);
   const entries = [...weightMap].sort(([a], [b]) => compareCodePoints(a, b));

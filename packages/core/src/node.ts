@@ -316,14 +316,7 @@ async function atomicSink(name: string, targetPath: string, existing: Stats | un
     name,
     targetPath,
     tempPath,
-    async write(chunk) {
-      if (state !== "open") throw new StConvertError("Io", `write to a ${state} sink`, { file: name });
-      try {
-        await writer.write(chunk);
-      } catch (error) {
-        throw ioError(error, name, "write failed");
-      }
-    },
+    write: (chunk) => writeWhileOpen(writer, state, name, chunk),
     async close() {
       if (state !== "open") throw new StConvertError("Io", `close of a ${state} sink`, { file: name });
       try {
@@ -471,14 +464,7 @@ function streamSink(name: string, out: WriteOnce, release: () => Promise<void>):
   return {
     kind: "stream",
     name,
-    async write(chunk) {
-      if (state !== "open") throw new StConvertError("Io", `write to a ${state} sink`, { file: name });
-      try {
-        await writer.write(chunk);
-      } catch (error) {
-        throw ioError(error, name, "write failed");
-      }
-    },
+    write: (chunk) => writeWhileOpen(writer, state, name, chunk),
     async close() {
       if (state !== "open") throw new StConvertError("Io", `close of a ${state} sink`, { file: name });
       try {
@@ -574,6 +560,16 @@ class CoalescingWriter {
     if (this.#filled === 0 || this.#buffer === undefined) return;
     await writeFully(this.#out, this.#buffer.subarray(0, this.#filled));
     this.#filled = 0;
+  }
+}
+
+/** A sink's write: refused unless the sink is open; an operating-system failure named after the sink. */
+async function writeWhileOpen(writer: CoalescingWriter, state: string, name: string, chunk: Uint8Array): Promise<void> {
+  if (state !== "open") throw new StConvertError("Io", `write to a ${state} sink`, { file: name });
+  try {
+    await writer.write(chunk);
+  } catch (error) {
+    throw ioError(error, name, "write failed");
   }
 }
 
