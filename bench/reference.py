@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark inputs and the Python reference pipelines that `pnpm bench` times against st-convert.
 
-    reference.py gen KIND OUT BYTES       make an input of about BYTES bytes with the reference tools
+    reference.py gen KIND OUT BYTES [N]   make an input of about BYTES bytes with the reference tools
+                                          (safetensors: N tensors; st-sharded: a folder of shards
+                                          of at most N bytes each, made by huggingface_hub)
     reference.py gen small-FORMAT OUT N   make N F32[2] tensors as FORMAT (safetensors, npz, flax,
                                           json, npy-folder: one .npy per tensor, safetensors-folder)
     reference.py run PIPELINE IN OUT      run one reference pipeline (what a Python user would type)
@@ -93,6 +95,37 @@ def gen_flax(out: str, nbytes: int) -> None:
     tree = {"params": {f"Dense_{i}": {"kernel": rng.standard_normal(shape, dtype=np.float32)} for i, shape in enumerate(shapes_for(nbytes))}}
     with open(out, "wb") as f:
         f.write(serialization.msgpack_serialize(tree))
+
+
+def torch_state_dict(nbytes: int, count: int = 4) -> dict:
+    """`count` random F32 torch tensors adding up to about nbytes, built by repeating one random
+    block (so that an 8 GiB input does not cost 8 GiB of random number generation)."""
+    import torch
+
+    block = np.frombuffer(random_block(BLOCK, 5), dtype=np.float32)
+    tensors = {}
+    for i, shape in enumerate(shapes_for(nbytes, count)):
+        n = shape[0] * shape[1]
+        data = np.resize(block, n).reshape(shape)
+        tensors[f"layer{i}.weight"] = torch.from_numpy(data)
+    return tensors
+
+
+def gen_torch(out: str, nbytes: int) -> None:
+    """A pytorch_model.bin as torch.save writes it (the zip format)."""
+    import torch
+
+    torch.save(torch_state_dict(nbytes), out)
+
+
+def gen_st_sharded(out: str, nbytes: int, shard_bytes: int) -> None:
+    """A sharded safetensors checkpoint (16 tensors) in the folder `out`, by huggingface_hub."""
+    import os
+
+    from huggingface_hub import save_torch_state_dict
+
+    os.makedirs(out, exist_ok=True)
+    save_torch_state_dict(torch_state_dict(nbytes, 16), out, max_shard_size=shard_bytes)
 
 
 def small_names(count: int) -> list:
@@ -242,6 +275,54 @@ def run(pipeline: str, src: str, out: str) -> None:
         with open(src, "rb") as f:
             tree = serialization.msgpack_restore(f.read())
         save_file({".".join(k): v for k, v in traverse_util.flatten_dict(tree).items()}, out)
+    elif pipeline == "torch2st":
+        # What a Python user runs: the whole checkpoint in memory, then safetensors' writer.
+        import torch
+        from safetensors.torch import save_file as save_torch
+
+        state = torch.load(src, map_location="cpu", weights_only=True)
+        save_torch({k: v.contiguous() for k, v in state.items()}, out, metadata={"format": "pt"})
+    elif pipeline == "st2torch":
+        import torch
+        from safetensors.torch import load_file as load_torch
+
+        torch.save(load_torch(src), out)
+    elif pipeline == "st2npy":
+        (array,) = load_file(src).values()
+        np.save(out, array)
+    elif pipeline == "st2npz":
+        np.savez(out, **load_file(src))
+    elif pipeline == "st2npz-deflated":
+        np.savez_compressed(out, **load_file(src))
+    elif pipeline == "st2flax":
+        from flax import serialization, traverse_util
+
+        tree = traverse_util.unflatten_dict({tuple(k.split(".")): v for k, v in load_file(src).items()})
+        with open(out, "wb") as f:
+            f.write(serialization.msgpack_serialize(tree))
+    elif pipeline == "cast-bf16":
+        import torch
+        from safetensors.torch import load_file as load_torch
+        from safetensors.torch import save_file as save_torch
+
+        save_torch({k: v.to(torch.bfloat16) for k, v in load_torch(src).items()}, out)
+    elif pipeline in ("reshard", "merge"):
+        import os
+
+        from safetensors.torch import load_file as load_torch
+        from safetensors.torch import save_file as save_torch
+
+        with open(src) as f:
+            index = json.load(f)
+        state = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            state.update(load_torch(os.path.join(os.path.dirname(src), shard)))
+        if pipeline == "merge":
+            save_torch(state, out, metadata={"format": "pt"})
+        else:
+            from huggingface_hub import save_torch_state_dict
+
+            save_torch_state_dict(state, out, max_shard_size="1GB")
     elif pipeline == "keys":
         from safetensors import safe_open
 
@@ -262,7 +343,11 @@ def main() -> None:
         if kind.startswith("small-"):
             gen_small(kind[len("small-") :], out, nbytes)
         elif kind == "safetensors":
-            gen_safetensors(out, nbytes)
+            gen_safetensors(out, nbytes, int(args[3]) if len(args) > 3 else 4)
+        elif kind == "torch":
+            gen_torch(out, nbytes)
+        elif kind == "st-sharded":
+            gen_st_sharded(out, nbytes, int(args[3]))
         elif kind == "many":
             gen_many(out, nbytes)
         elif kind in ("npy", "npy-fortran"):

@@ -1,7 +1,11 @@
 // `pnpm bench`: times st-convert's conversion paths against `cp` of the same file and against the
 // Python reference pipeline, in the same run, interleaved, and writes docs/benchmarks.md.
 //
-//   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--many 50000,500000] [--many-folders N,…] [--out docs/benchmarks.md]
+//   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--many 50000,500000] [--many-folders N,…]
+//              [--out docs/benchmarks.md] [--results bench/results.json]
+//
+// Figures are kept in bench/results.json, row by row: a run replaces the rows it measured and
+// the page is rendered from all of them, so `--only` refreshes part of the page.
 //
 // `--only many` runs only the many-small-tensors section (50,000 and 500,000 F32[2] tensors, or
 // the counts `--many` gives, in every format, each direction and `info`; the npy-folder rows,
@@ -14,9 +18,9 @@
 // contestant alike.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, mkdirSync, openSync, readSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { measure as measureCommand } from "../scripts/measure.mjs";
@@ -29,6 +33,7 @@ const { values } = parseArgs({
     only: { type: "string" },
     big: { type: "string" },
     out: { type: "string", default: "docs/benchmarks.md" },
+    results: { type: "string", default: "bench/results.json" },
     dir: { type: "string", default: "bench-out" },
     many: { type: "string", default: "50000,500000" },
     "many-folders": { type: "string" },
@@ -40,6 +45,7 @@ const runs = Number(values.runs);
 const work = resolve(root, values.dir);
 const cli = join(root, "packages", "cli", "dist", "st-convert.js");
 const python = process.env.ST_CONVERT_REF_PYTHON ?? (existsSync(join(root, ".venv-ref/bin/python")) ? join(root, ".venv-ref/bin/python") : undefined);
+const resultsFile = resolve(root, values.results);
 const formats = spawnSync(process.execPath, [cli, "--help"], { encoding: "utf8" }).stdout;
 
 function parseSize(text) {
@@ -128,6 +134,104 @@ const cases = [
     target: ["cp", 1.5],
   },
   {
+    name: "PyTorch .bin → safetensors",
+    kind: "torch",
+    input: "pytorch_model.bin",
+    output: "out.safetensors",
+    format: "torch",
+    baselines: ["cp", "py:torch2st"],
+    reference: "torch2st",
+    target: ["cp", 1.5],
+  },
+  {
+    name: "safetensors → npy (one tensor)",
+    kind: "safetensors",
+    count: 1,
+    tag: "-one",
+    input: "model.safetensors",
+    output: "out.npy",
+    format: "npy",
+    baselines: ["cp", "py:st2npy"],
+    reference: "st2npy",
+    target: ["cp", 1.5],
+  },
+  {
+    name: "safetensors → npz (stored)",
+    kind: "safetensors",
+    input: "model.safetensors",
+    output: "out.npz",
+    format: "npz",
+    baselines: ["cp", "py:st2npz"],
+    reference: "st2npz",
+    target: ["cp", 1.5],
+  },
+  {
+    name: "safetensors → npz (deflated)",
+    kind: "safetensors",
+    input: "model.safetensors",
+    output: "out.npz",
+    args: ["--compress"],
+    format: "npz",
+    baselines: ["py:st2npz-deflated"],
+    target: ["py:st2npz-deflated", 1],
+  },
+  {
+    name: "safetensors → flax msgpack",
+    kind: "safetensors",
+    input: "model.safetensors",
+    output: "out.msgpack",
+    format: "flax",
+    baselines: ["cp", "py:st2flax"],
+    reference: "st2flax",
+    target: ["cp", 1.5],
+  },
+  {
+    name: "safetensors → PyTorch .bin",
+    kind: "safetensors",
+    input: "model.safetensors",
+    output: "out.bin",
+    format: "torch",
+    baselines: ["cp", "py:st2torch"],
+    target: ["cp", 1.5],
+  },
+  {
+    name: "cast F32 → BF16 (safetensors)",
+    kind: "safetensors",
+    input: "model.safetensors",
+    output: "out.safetensors",
+    args: ["--cast", "F32=BF16", "--no-record"],
+    format: "safetensors",
+    baselines: ["cp", "py:cast-bf16"],
+    reference: "cast-bf16",
+    target: ["cp", 2],
+  },
+  {
+    name: "merge: 1 GiB of shards → one safetensors file",
+    kind: "st-sharded",
+    shardBytes: (bytes) => Math.floor(bytes * 0.28), // 300 MB at 1 GiB: four shards
+    input: "shards/model.safetensors.index.json",
+    output: "out.safetensors",
+    format: "safetensors",
+    baselines: ["cp", "py:merge"],
+    reference: "merge",
+    target: ["cp", 1.5],
+    big: false,
+  },
+  {
+    name: "reshard: 4 GiB of 2 GB shards → 1 GB shards",
+    kind: "st-sharded",
+    tag: "-4g",
+    bytes: 4 * 1024 ** 3,
+    shardBytes: 2_000_000_000,
+    input: "shards/model.safetensors.index.json",
+    output: "out",
+    args: ["--max-shard-size", "1GB"],
+    format: "safetensors",
+    baselines: ["cp", "py:reshard"],
+    target: ["cp", 1.5],
+    big: false,
+  },
+  {
     name: "info, 10,000 tensors (process start included)",
     kind: "many",
     count: 10_000,
@@ -163,6 +267,15 @@ const LABELS = {
   "py:flax2st": "msgpack_restore + flatten + save_file",
   "py:keys": "safe_open(...).keys()",
   "py:json-dumps": "load_file + json.dumps(a.tolist())",
+  "py:torch2st": "torch.load + save_file",
+  "py:st2npy": "load_file + np.save",
+  "py:st2npz": "load_file + np.savez",
+  "py:st2npz-deflated": "load_file + np.savez_compressed",
+  "py:st2flax": "load_file + unflatten + msgpack_serialize",
+  "py:st2torch": "load_file + torch.save",
+  "py:cast-bf16": "load_file + .to(torch.bfloat16) + save_file (torch)",
+  "py:merge": "load_file each shard + save_file",
+  "py:reshard": "load_file each shard + save_torch_state_dict(max_shard_size=1GB)",
 };
 
 function measure(command, args) {
@@ -178,8 +291,10 @@ function measureAfterSync(command, args) {
 }
 
 function variantCommand(variant, c, input, output) {
-  if (variant === "ours") return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet"]];
-  if (variant === "cp") return ["cp", [input, output]];
+  if (variant === "ours")
+    return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet", ...(c.args ?? [])]];
+  // A sharded input is a folder: cp copies all of it.
+  if (variant === "cp") return c.kind === "st-sharded" ? ["cp", ["-r", dirname(input), output]] : ["cp", [input, output]];
   return [python, [join(root, "bench", "reference.py"), "run", variant.slice(3), input, output]];
 }
 
@@ -204,25 +319,27 @@ function sha(path) {
 function gen(c, bytes, dir) {
   const input = join(dir, c.input);
   const amount = c.kind === "many" ? c.count : bytes;
-  const args = [join(root, "bench", "reference.py"), "gen", c.kind, input, String(amount)];
+  const target = c.kind === "st-sharded" ? dirname(input) : input;
+  const args = [join(root, "bench", "reference.py"), "gen", c.kind, target, String(amount)];
   if (c.count !== undefined && c.kind === "safetensors") args.push(String(c.count));
+  if (c.kind === "st-sharded") args.push(String(typeof c.shardBytes === "function" ? c.shardBytes(bytes) : c.shardBytes));
   const run = spawnSync(python, args, { encoding: "utf8" });
   if (run.status !== 0) throw new Error(`making ${c.input} failed:\n${run.stderr}`);
   return input;
 }
 
 function runCase(c) {
-  const dir = join(work, c.kind);
+  const dir = join(work, c.kind + (c.tag ?? ""));
   mkdirSync(dir, { recursive: true });
   const input = gen(c, c.bytes ?? size, dir);
   const output = join(dir, c.output ?? "unused");
-  const inputBytes = statSync(input).size;
+  const inputBytes = bytesOf(c.kind === "st-sharded" ? dirname(input) : input);
   const variants = ["ours", ...c.baselines.filter((b) => b === "cp" || python !== undefined)];
   const results = Object.fromEntries(variants.map((v) => [v, []]));
   /** One run of `variant`, its output removed afterwards. */
   const runVariant = (variant) => {
     const run = measureAfterSync(...variantCommand(variant, c, input, output));
-    rmSync(output, { force: true });
+    rmSync(output, { recursive: true, force: true });
     return run;
   };
   // One untimed run of each first: the machine settles after making the input (page cache,
@@ -236,12 +353,12 @@ function runCase(c) {
   }
   let identical;
   if (c.reference !== undefined && python !== undefined) {
-    const theirs = join(dir, "reference.safetensors");
+    const theirs = join(dir, `reference-${c.output}`);
     measure(...variantCommand(`py:${c.reference}`, c, input, theirs));
     measure(...variantCommand("ours", c, input, output));
-    identical = sha(theirs) === sha(output);
-    rmSync(theirs, { force: true });
-    rmSync(output, { force: true });
+    identical = shaOfOutput(theirs) === shaOfOutput(output);
+    rmSync(theirs, { recursive: true, force: true });
+    rmSync(output, { recursive: true, force: true });
   }
   rmSync(dir, { recursive: true, force: true });
   const summary = Object.fromEntries(
@@ -250,8 +367,17 @@ function runCase(c) {
       { seconds: median(xs.map((x) => x.seconds)), rssMiB: median(xs.map((x) => x.rssMiB)), all: xs.map((x) => x.seconds) },
     ]),
   );
-  return { c, inputBytes, summary, identical };
+  return { c, inputBytes, summary, identical, date: today(), runs };
 }
+
+/** Bytes of a file, or of a folder's files. */
+function bytesOf(path) {
+  const stats = statSync(path);
+  if (!stats.isDirectory()) return stats.size;
+  return readdirSync(path).reduce((sum, name) => sum + bytesOf(join(path, name)), 0);
+}
+
+const today = () => new Date().toISOString().slice(0, 10);
 
 /** Largest flax input made: its reference writer (`msgpack_serialize`) needs about three times the file in RAM. */
 const FLAX_BIG = 2 * 1024 ** 3;
@@ -259,8 +385,10 @@ const FLAX_BIG = 2 * 1024 ** 3;
 /** Peak memory on big inputs: the pass-through paths once each, beside `cp` (flax at most {@link FLAX_BIG}). */
 function bigRss(bytes) {
   const rows = [];
-  for (const c of cases.filter((c) => c.baselines.includes("cp") && hasFormat(c.format))) {
-    const dir = join(work, `big-${c.kind}`);
+  for (const c of cases.filter(
+    (c) => c.baselines.includes("cp") && c.big !== false && hasFormat(c.format) && (values.only === undefined || c.name.includes(values.only)),
+  )) {
+    const dir = join(work, `big-${c.kind}${c.tag ?? ""}`);
     try {
       mkdirSync(dir, { recursive: true });
       const size = c.kind === "flax" ? Math.min(bytes, FLAX_BIG) : bytes;
@@ -268,9 +396,9 @@ function bigRss(bytes) {
       const input = gen(c, size, dir);
       const output = join(dir, c.output);
       const ours = measureAfterSync(...variantCommand("ours", c, input, output));
-      rmSync(output, { force: true });
-      const cp = measureAfterSync("cp", [input, output]);
-      rows.push({ name: c.name, inputBytes: statSync(input).size, ours, cp });
+      rmSync(output, { recursive: true, force: true });
+      const cp = measureAfterSync(...variantCommand("cp", c, input, output));
+      rows.push({ name: c.name, inputBytes: bytesOf(c.kind === "st-sharded" ? dirname(input) : input), ours, cp, date: today() });
     } catch (error) {
       console.warn(`bench: ${c.name} at ${values.big} not run: ${error.message.split("\n")[0]}`);
     } finally {
@@ -297,9 +425,9 @@ function report(rows, big, many) {
   const lines = [
     "# Benchmarks",
     "",
-    `Written by \`pnpm bench\` (bench/run.mjs) on ${new Date().toISOString().slice(0, 10)}. Rerun it to refresh this page.`,
+    `Written by \`pnpm bench\` (bench/run.mjs), last on ${today()}, from the figures in bench/results.json. Each run replaces the rows it measured and keeps the others (\`pnpm bench --only TEXT\` measures the rows whose names contain TEXT); the raw times at the end give each row's date and number of runs.`,
     "",
-    `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of ${runs} interleaved runs after one untimed run each.`,
+    `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of interleaved runs after one untimed run each.`,
     `- Node ${process.version}; ${pyVersions}.`,
     `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, \`sync\` before every run, no fsync inside it, for every contestant.`,
     "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
@@ -322,7 +450,7 @@ function report(rows, big, many) {
   if (big.length > 0) {
     lines.push(
       "",
-      `## Peak memory at ${fmt(mib(parseSize(values.big)) / 1024, 0)} GiB (flax at ${fmt(Math.min(mib(parseSize(values.big)), mib(FLAX_BIG)) / 1024, 0)} GiB)`,
+      `## Peak memory on big inputs (\`--big\`; flax at most ${fmt(mib(FLAX_BIG) / 1024, 0)} GiB)`,
       "",
       "One run each, st-convert then `cp`, each after a `sync`: the figure that matters is peak RSS. Past a few GiB the output no longer fits the page cache's dirty limit (20 % of memory here), so the times mostly measure the disk's writeback, which varies more than the copies do.",
       "",
@@ -345,9 +473,9 @@ function report(rows, big, many) {
     "- The Fortran repack reads one short run per column; from a file it reads synchronously (`readIntoSync`) into 16 MiB slabs. A deflated Fortran-order member is inflated once into a scratch file and repacked from there. Its Python baseline needs `np.ascontiguousarray`: `safetensors.numpy.save_file` writes an array's memory as it lies, so a Fortran-order array would come out transposed under its C-order shape.",
   );
   lines.push("", "Raw times (seconds, in run order):", "");
-  for (const { c, summary } of rows)
+  for (const { c, summary, date, runs } of rows)
     lines.push(
-      `- ${c.name}: ${Object.entries(summary)
+      `- ${c.name} (${date}, ${runs} runs): ${Object.entries(summary)
         .map(([v, s]) => `${v === "ours" ? "st-convert" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`)
         .join("; ")}`,
     );
@@ -463,7 +591,7 @@ function runManySection(counts, folderCounts) {
         const lines = error.message.split("\n");
         const message = lines.find((line) => line.startsWith("st-convert:")) ?? lines[0];
         console.warn(`bench: ${row.name} at ${count} failed: ${message}`);
-        results.push({ row, failed: message });
+        results.push({ row, failed: message, date: today(), runs });
       }
     }
     rmSync(dir, { recursive: true, force: true });
@@ -506,7 +634,7 @@ function timeManyRow(row, input, dir) {
   console.log(
     `  st-convert ${fmt(summary.ours.seconds)} s, ${fmt(summary.ours.rssMiB, 0)} MiB; Python ${fmt(summary.py.seconds)} s, ${fmt(summary.py.rssMiB, 0)} MiB; identical: ${identical}`,
   );
-  return { row, summary, identical };
+  return { row, summary, identical, date: today(), runs };
 }
 
 function manyReport(results) {
@@ -532,9 +660,9 @@ function manyReport(results) {
     );
   }
   lines.push("", "Raw times (seconds, in run order):", "");
-  for (const { row, summary } of results.filter((r) => r.failed === undefined))
+  for (const { row, summary, date, runs } of results.filter((r) => r.failed === undefined))
     lines.push(
-      `- ${row.count.toLocaleString("en")}, ${row.name}: st-convert [${summary.ours.all.map((x) => x.toFixed(2)).join(", ")}]; Python [${summary.py.all.map((x) => x.toFixed(2)).join(", ")}]`,
+      `- ${row.count.toLocaleString("en")}, ${row.name} (${date}, ${runs} runs): st-convert [${summary.ours.all.map((x) => x.toFixed(2)).join(", ")}]; Python [${summary.py.all.map((x) => x.toFixed(2)).join(", ")}]`,
     );
   return lines;
 }
@@ -543,21 +671,59 @@ mkdirSync(work, { recursive: true });
 if (python === undefined) console.warn("bench: no reference Python; inputs cannot be made (create .venv-ref as the README says)");
 const selected = cases.filter((c) => (values.only === undefined || c.name.includes(values.only)) && hasFormat(c.format));
 for (const c of cases.filter((c) => !hasFormat(c.format))) console.warn(`bench: skipping "${c.name}": format ${c.format} is not registered`);
-const rows = [];
+const stored = loadResults();
 for (const c of selected) {
   console.log(`bench: ${c.name} …`);
   const row = runCase(c);
-  rows.push(row);
+  const { c: _, ...figures } = row;
+  stored.cases[c.name] = figures;
+  saveResults(stored);
   console.log(
     `  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}`,
   );
 }
 const wantsMany = values.only === undefined || "many small tensors".includes(values.only);
 const manyCounts = values.many.split(",").map(Number);
-const many = wantsMany && python !== undefined ? runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts) : [];
+if (wantsMany && python !== undefined) {
+  for (const result of runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts))
+    stored.many[`${result.row.count} ${result.row.name}`] = result;
+  saveResults(stored);
+}
 // Written before the long big-file runs too, so that an interrupted run still leaves its figures.
-writeFileSync(resolve(root, values.out), report(rows, [], many));
-const big = values.big === undefined ? [] : bigRss(parseSize(values.big));
+writeFileSync(resolve(root, values.out), renderStored(stored));
+if (values.big !== undefined) {
+  for (const row of bigRss(parseSize(values.big))) stored.big[row.name] = row;
+  saveResults(stored);
+}
 rmSync(work, { recursive: true, force: true });
-writeFileSync(resolve(root, values.out), report(rows, big, many));
-console.log(`bench: wrote ${values.out}`);
+writeFileSync(resolve(root, values.out), renderStored(stored));
+console.log(`bench: wrote ${values.out} (figures in ${relative(root, resultsFile)})`);
+
+// ---- stored figures ------------------------------------------------------------------------
+
+/** bench/results.json: every row's figures from the run that last measured it. */
+function loadResults() {
+  const empty = { cases: {}, many: {}, big: {} };
+  if (!existsSync(resultsFile)) return empty;
+  return { ...empty, ...JSON.parse(readFileSync(resultsFile, "utf8")) };
+}
+
+function saveResults(results) {
+  writeFileSync(resultsFile, `${JSON.stringify(results, null, 1)}\n`);
+}
+
+/** The page from the stored figures, rows in the order of the tables above (rows of removed cases dropped). */
+function renderStored(results) {
+  const rows = cases.filter((c) => results.cases[c.name] !== undefined).map((c) => ({ c, ...results.cases[c.name] }));
+  const big = cases.filter((c) => results.big[c.name] !== undefined).map((c) => results.big[c.name]);
+  const order = (key) => {
+    const [count, ...name] = key.split(" ");
+    const index = manyRows(Number(count)).findIndex((r) => r.name === name.join(" "));
+    return [Number(count), index];
+  };
+  const many = Object.keys(results.many)
+    .filter((key) => order(key)[1] >= 0)
+    .sort((a, b) => order(a)[0] - order(b)[0] || order(a)[1] - order(b)[1])
+    .map((key) => results.many[key]);
+  return report(rows, big, many);
+}
