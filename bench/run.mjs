@@ -18,7 +18,7 @@
 // contestant alike.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -34,6 +34,7 @@ const { values } = parseArgs({
     big: { type: "string" },
     out: { type: "string", default: "docs/benchmarks.md" },
     results: { type: "string", default: "bench/results.json" },
+    state: { type: "string", default: "fresh,aged" },
     dir: { type: "string", default: "bench-out" },
     many: { type: "string", default: "50000,500000" },
     "many-folders": { type: "string" },
@@ -431,20 +432,29 @@ function report(rows, big, many) {
     `- Node ${process.version}; ${pyVersions}.`,
     `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, \`sync\` before every run, no fsync inside it, for every contestant.`,
     "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
-    "",
-    "| path | input | st-convert | MiB/s | peak RSS | baseline | baseline time | ratio | target | met | same bytes as the reference |",
-    "|---|---|---|---|---|---|---|---|---|---|---|",
+    '- States (`--state`): **fresh** is the machine just after `sync`, dropping the page cache and compacting memory; **aged** is fresh, then 60 % of memory (at most 16 GiB) written as 16 files in round-robin 64 KiB pieces and 15 of them deleted, which leaves a sixteenth of it in page cache, one 64 KiB piece in every 1 MiB of the memory it went through: free memory plentiful but in pieces under 1 MiB, as hours of ordinary work leave it (see "The aged state" below). Both are made before each row, so a row does not depend on what ran before it.',
   ];
-  for (const { c, inputBytes, summary, identical } of rows) {
-    const ours = summary.ours;
-    for (const [i, b] of c.baselines.entries()) {
-      const base = summary[b];
-      const ratio = base ? ours.seconds / base.seconds : NaN;
-      const isTarget = c.target[0] === b;
-      const met = !base ? "n/a" : ratio <= (isTarget ? c.target[1] : 1) ? "yes" : "**no**";
-      lines.push(
-        `| ${i === 0 ? c.name : ""} | ${i === 0 ? `${fmt(mib(inputBytes), 0)} MiB` : ""} | ${i === 0 ? `${fmt(ours.seconds)} s` : ""} | ${i === 0 && !c.info ? fmt(mib(inputBytes) / ours.seconds, 0) : ""} | ${i === 0 ? `${fmt(ours.rssMiB, 0)} MiB` : ""} | ${LABELS[b]} | ${base ? `${fmt(base.seconds)} s (${fmt(base.rssMiB, 0)} MiB)` : "not run"} | ${fmt(ratio)} | ${isTarget ? `≤ ${c.target[1]}×` : b.startsWith("py:") ? "faster" : ""} | ${met} | ${i === 0 ? (identical === undefined ? "n/a" : identical ? "yes" : "**no**") : ""} |`,
-      );
+  for (const state of STATES) {
+    const inState = rows.filter((r) => r.state === state);
+    if (inState.length === 0) continue;
+    lines.push(
+      "",
+      `## ${state[0].toUpperCase()}${state.slice(1)} state`,
+      "",
+      "| path | input | st-convert | MiB/s | peak RSS | baseline | baseline time | ratio | target | met | same bytes as the reference |",
+      "|---|---|---|---|---|---|---|---|---|---|---|",
+    );
+    for (const { c, inputBytes, summary, identical } of inState) {
+      const ours = summary.ours;
+      for (const [i, b] of c.baselines.entries()) {
+        const base = summary[b];
+        const ratio = base ? ours.seconds / base.seconds : NaN;
+        const isTarget = c.target[0] === b;
+        const met = !base ? "n/a" : ratio <= (isTarget ? c.target[1] : 1) ? "yes" : "**no**";
+        lines.push(
+          `| ${i === 0 ? c.name : ""} | ${i === 0 ? `${fmt(mib(inputBytes), 0)} MiB` : ""} | ${i === 0 ? `${fmt(ours.seconds)} s` : ""} | ${i === 0 && !c.info ? fmt(mib(inputBytes) / ours.seconds, 0) : ""} | ${i === 0 ? `${fmt(ours.rssMiB, 0)} MiB` : ""} | ${LABELS[b]} | ${base ? `${fmt(base.seconds)} s (${fmt(base.rssMiB, 0)} MiB)` : "not run"} | ${fmt(ratio)} | ${isTarget ? `≤ ${c.target[1]}×` : b.startsWith("py:") ? "faster" : ""} | ${met} | ${i === 0 ? (identical === undefined ? "n/a" : identical ? "yes" : "**no**") : ""} |`,
+        );
+      }
     }
   }
   if (big.length > 0) {
@@ -473,9 +483,9 @@ function report(rows, big, many) {
     "- The Fortran repack reads one short run per column; from a file it reads synchronously (`readIntoSync`) into 16 MiB slabs. A deflated Fortran-order member is inflated once into a scratch file and repacked from there. Its Python baseline needs `np.ascontiguousarray`: `safetensors.numpy.save_file` writes an array's memory as it lies, so a Fortran-order array would come out transposed under its C-order shape.",
   );
   lines.push("", "Raw times (seconds, in run order):", "");
-  for (const { c, summary, date, runs } of rows)
+  for (const { c, summary, date, runs, state, memory } of rows)
     lines.push(
-      `- ${c.name} (${date}, ${runs} runs): ${Object.entries(summary)
+      `- ${c.name}, ${state} (${date}, ${runs} runs${memory ? `; ${memory}` : ""}): ${Object.entries(summary)
         .map(([v, s]) => `${v === "ours" ? "st-convert" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`)
         .join("; ")}`,
     );
@@ -662,42 +672,81 @@ function manyReport(results) {
   lines.push("", "Raw times (seconds, in run order):", "");
   for (const { row, summary, date, runs } of results.filter((r) => r.failed === undefined))
     lines.push(
-      `- ${row.count.toLocaleString("en")}, ${row.name} (${date}, ${runs} runs): st-convert [${summary.ours.all.map((x) => x.toFixed(2)).join(", ")}]; Python [${summary.py.all.map((x) => x.toFixed(2)).join(", ")}]`,
+      `- ${row.count.toLocaleString("en")}, ${row.name} (${date}, ${runs} runs, ${row.state ?? "as found"}): st-convert [${summary.ours.all.map((x) => x.toFixed(2)).join(", ")}]; Python [${summary.py.all.map((x) => x.toFixed(2)).join(", ")}]`,
     );
   return lines;
 }
 
-mkdirSync(work, { recursive: true });
-if (python === undefined) console.warn("bench: no reference Python; inputs cannot be made (create .venv-ref as the README says)");
-const selected = cases.filter((c) => (values.only === undefined || c.name.includes(values.only)) && hasFormat(c.format));
-for (const c of cases.filter((c) => !hasFormat(c.format))) console.warn(`bench: skipping "${c.name}": format ${c.format} is not registered`);
-const stored = loadResults();
-for (const c of selected) {
-  console.log(`bench: ${c.name} …`);
-  const row = runCase(c);
-  const { c: _, ...figures } = row;
-  stored.cases[c.name] = figures;
-  saveResults(stored);
-  console.log(
-    `  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}`,
-  );
+// ---- machine states ------------------------------------------------------------------------
+
+/**
+ * The machine states a row is measured in. Shared machines drift: after hours of work the page
+ * cache holds pages scattered all over memory and free memory is in small pieces, which makes the
+ * kernel's page-cache allocations for big writes slower. Each row makes its state first, so that
+ * its figures do not depend on what ran before it.
+ */
+const STATES = ["fresh", "aged"];
+/**
+ * The aged state: AGED_FILES files written round-robin in AGED_PIECE pieces, AGED_BYTES in all
+ * (60 % of memory, at most 16 GiB), then all but one deleted. What stays is a sixteenth of it in
+ * page cache, one piece in every AGED_FILES, so that free memory is plentiful but in pieces
+ * smaller than 1 MiB, as on a machine after hours of work (the state issue 16 measured: a few GB
+ * of page cache, most memory free, big writes 2–7× slower).
+ */
+const AGED_FILES = 16;
+const AGED_PIECE = 64 * 1024;
+const AGED_BYTES = Math.min(16 * 1024 ** 3, Math.floor((totalmem() * 0.6) / (AGED_PIECE * AGED_FILES)) * AGED_PIECE * AGED_FILES);
+const agedDir = join(work, "aged");
+
+/** Writes `value` to a /proc/sys file; false when not allowed (not root). */
+function writeProc(path, value) {
+  try {
+    writeFileSync(path, value);
+    return true;
+  } catch {
+    return false;
+  }
 }
-const wantsMany = values.only === undefined || "many small tensors".includes(values.only);
-const manyCounts = values.many.split(",").map(Number);
-if (wantsMany && python !== undefined) {
-  for (const result of runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts))
-    stored.many[`${result.row.count} ${result.row.name}`] = result;
-  saveResults(stored);
+
+/** Free memory from /proc/buddyinfo: total and in blocks of 2 MiB or more (what a large folio needs), in MiB. */
+function freeMemory() {
+  let total = 0;
+  let large = 0;
+  for (const line of readFileSync("/proc/buddyinfo", "utf8").split("\n")) {
+    const counts = line.split(/\s+/).slice(4).filter(Boolean).map(Number);
+    counts.forEach((n, order) => {
+      const mibs = (n * 4 * 2 ** order) / 1024;
+      total += mibs;
+      if (order >= 9) large += mibs;
+    });
+  }
+  return `free memory ${fmt(total / 1024, 1)} GiB, ${fmt(large / 1024, 1)} GiB of it in blocks of 2 MiB or more`;
 }
-// Written before the long big-file runs too, so that an interrupted run still leaves its figures.
-writeFileSync(resolve(root, values.out), renderStored(stored));
-if (values.big !== undefined) {
-  for (const row of bigRss(parseSize(values.big))) stored.big[row.name] = row;
-  saveResults(stored);
+
+/** Makes `state` (see {@link STATES}) and returns a line on free memory once it is made. */
+function enterState(state) {
+  spawnSync("sync");
+  const fresh = writeProc("/proc/sys/vm/drop_caches", "3") && writeProc("/proc/sys/vm/compact_memory", "1");
+  if (!fresh) console.warn("bench: cannot drop the page cache or compact memory (not root): the state is as found");
+  if (state === "aged") {
+    mkdirSync(agedDir, { recursive: true });
+    const piece = Buffer.alloc(AGED_PIECE, 0x5a);
+    const fds = Array.from({ length: AGED_FILES }, (_, i) => openSync(join(agedDir, `piece-${i}`), "w"));
+    try {
+      for (let written = 0; written < AGED_BYTES; written += AGED_PIECE * AGED_FILES) for (const fd of fds) writeSync(fd, piece);
+    } finally {
+      for (const fd of fds) closeSync(fd);
+    }
+    spawnSync("sync");
+    for (let i = 1; i < AGED_FILES; i++) rmSync(join(agedDir, `piece-${i}`));
+  }
+  return freeMemory();
 }
-rmSync(work, { recursive: true, force: true });
-writeFileSync(resolve(root, values.out), renderStored(stored));
-console.log(`bench: wrote ${values.out} (figures in ${relative(root, resultsFile)})`);
+
+/** Undoes {@link enterState}: the aged state's pinned file is removed. */
+function leaveState() {
+  rmSync(agedDir, { recursive: true, force: true });
+}
 
 // ---- stored figures ------------------------------------------------------------------------
 
@@ -714,7 +763,9 @@ function saveResults(results) {
 
 /** The page from the stored figures, rows in the order of the tables above (rows of removed cases dropped). */
 function renderStored(results) {
-  const rows = cases.filter((c) => results.cases[c.name] !== undefined).map((c) => ({ c, ...results.cases[c.name] }));
+  const rows = STATES.flatMap((state) =>
+    cases.filter((c) => results.cases[state]?.[c.name] !== undefined).map((c) => ({ c, ...results.cases[state][c.name] })),
+  );
   const big = cases.filter((c) => results.big[c.name] !== undefined).map((c) => results.big[c.name]);
   const order = (key) => {
     const [count, ...name] = key.split(" ");
@@ -727,3 +778,47 @@ function renderStored(results) {
     .map((key) => results.many[key]);
   return report(rows, big, many);
 }
+
+// ---- the run ------------------------------------------------------------------------------
+
+mkdirSync(work, { recursive: true });
+if (python === undefined) console.warn("bench: no reference Python; inputs cannot be made (create .venv-ref as the README says)");
+const selected = cases.filter((c) => (values.only === undefined || c.name.includes(values.only)) && hasFormat(c.format));
+for (const c of cases.filter((c) => !hasFormat(c.format))) console.warn(`bench: skipping "${c.name}": format ${c.format} is not registered`);
+const stored = loadResults();
+const states = values.state.split(",");
+for (const state of states) if (!STATES.includes(state)) throw new Error(`--state ${state}: expected ${STATES.join(" or ")}`);
+for (const state of states) {
+  for (const c of selected) {
+    console.log(`bench: ${c.name}, ${state} state …`);
+    const memory = enterState(state);
+    const row = runCase(c);
+    leaveState();
+    const { c: _, ...figures } = row;
+    stored.cases[state] = { ...stored.cases[state], [c.name]: { ...figures, state, memory } };
+    saveResults(stored);
+    console.log(
+      `  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}; ${memory}`,
+    );
+  }
+}
+const wantsMany = values.only === undefined || "many small tensors".includes(values.only);
+const manyCounts = values.many.split(",").map(Number);
+if (wantsMany && python !== undefined) {
+  enterState(states[0]);
+  for (const result of runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts))
+    stored.many[`${result.row.count} ${result.row.name}`] = { ...result, row: { ...result.row, state: states[0] } };
+  leaveState();
+  saveResults(stored);
+}
+// Written before the long big-file runs too, so that an interrupted run still leaves its figures.
+writeFileSync(resolve(root, values.out), renderStored(stored));
+if (values.big !== undefined) {
+  enterState(states[0]);
+  for (const row of bigRss(parseSize(values.big))) stored.big[row.name] = { ...row, state: states[0] };
+  leaveState();
+  saveResults(stored);
+}
+rmSync(work, { recursive: true, force: true });
+writeFileSync(resolve(root, values.out), renderStored(stored));
+console.log(`bench: wrote ${values.out} (figures in ${relative(root, resultsFile)})`);
