@@ -8,7 +8,8 @@
  * The value is JSON: `{"version": 1, "sep": ".", "tree": NODE}`, where NODE is one of
  * - `[key, NODE, key, NODE, …]`: a dict, entries in file order. A key is a JSON string, or for
  *   the keys msgpack allows besides (flax restores them, `strict_map_key=False`) the encoding of
- *   that value below: an int, a float, a bool, None or bytes;
+ *   that value below: an int, a float, a bool, None, bytes, a complex, a timestamp or another ext
+ *   value (not an array or a numpy scalar);
  * - `{"l": [NODE, …]}`: a list (a msgpack array);
  * - `1`: an ndarray (ext 1), the tensor whose name is the path joined with `sep`;
  * - `3`: a numpy scalar (ext 3), likewise a tensor;
@@ -131,8 +132,16 @@ export function keyIdentity(key: FlaxValue): string | undefined {
       if (!Number.isFinite(value)) return value > 0 ? "#inf" : "#-inf";
       return Number.isInteger(value) ? `#${BigInt(value)}` : `#${value}`;
     }
-    default:
-      return `x${key.kind}`;
+    case "complex": {
+      // complex(1, 0) is the key 1: a complex without an imaginary part is its real part.
+      const imag = new DataView(key.imag.buffer, key.imag.byteOffset, 8).getFloat64(0);
+      const real = new DataView(key.real.buffer, key.real.byteOffset, 8).getFloat64(0);
+      if (Number.isNaN(real) || Number.isNaN(imag)) return undefined;
+      return imag === 0 ? keyIdentity({ kind: "float", bits: key.real }) : `c${real}:${imag}`;
+    }
+    case "ext":
+      // A Timestamp equals another of the same time, whichever of the three forms holds it.
+      return key.code === -1 ? `t${timestampParts(key.data).join(":")}` : `x${key.code}:${toHex(key.data)}`;
   }
 }
 
@@ -156,6 +165,17 @@ export function toHex(bytes: Uint8Array): string {
 /** Why msgpack-python refuses a timestamp (ext -1) payload of this length, or undefined for 4, 8 and 12. */
 export function timestampLengthFault(length: number): string | undefined {
   return length === 4 || length === 8 || length === 12 ? undefined : `a timestamp (ext -1) of ${length} bytes; msgpack has 4-, 8- and 12-byte timestamps`;
+}
+
+/** The seconds and nanoseconds of a valid timestamp (ext -1) payload of 4, 8 or 12 bytes. */
+export function timestampParts(data: Uint8Array): [bigint, number] {
+  const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+  if (data.byteLength === 4) return [BigInt(view.getUint32(0)), 0];
+  if (data.byteLength === 8) {
+    const word = view.getBigUint64(0);
+    return [word & (2n ** 34n - 1n), Number(word >> 34n)];
+  }
+  return [view.getBigInt64(4), view.getUint32(0)];
 }
 
 /** Why msgpack-python's `Timestamp` refuses this ext -1 payload, or undefined when it accepts it. */
@@ -245,7 +265,7 @@ export function parseFlaxTree(text: string, maxDepth: number, maxChars = MAX_TRE
         const pairs: Pending[] = [];
         const seen = new Set<string>();
         for (let i = 0; i < json.length; i += 2) {
-          const key = typeof json[i] === "string" ? ({ kind: "str", value: json[i] } as const) : keyValue(json[i], where, fail);
+          const key = typeof json[i] === "string" ? ({ kind: "str", value: json[i] } as const) : leafValue(json[i], where, fail);
           if (key.kind === "str" && hasLoneSurrogate(key.value)) fail(`a key ${where} holds a lone UTF-16 surrogate, which UTF-8 cannot encode`);
           if (key.kind === "str" && key.value === CHUNKED_ARRAY_MARKER && inDicts) {
             fail(`the dict ${where} has the key ${CHUNKED_ARRAY_MARKER}, which would make flax read it as one chunked array`);
@@ -316,12 +336,6 @@ function slotForm(json: unknown, fail: (rule: string) => never): SlotForm {
   const python = (json as { s: unknown }).s;
   if (python !== "int" && python !== "float" && python !== "bool") return fail(`a scalar kind ${JSON.stringify(python)}; expected "int", "float" or "bool"`);
   return { type: "python", python };
-}
-
-function keyValue(json: unknown, where: string, fail: (rule: string) => never): FlaxValue {
-  const value = leafValue(json, where, fail);
-  if (value.kind === "complex" || value.kind === "ext") fail(`a ${value.kind} key ${where}; msgpack-python cannot hash it`);
-  return value;
 }
 
 function leafValue(json: unknown, where: string, fail: (rule: string) => never): FlaxValue {

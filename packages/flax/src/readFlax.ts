@@ -52,7 +52,7 @@ import { MsgpackCursor, Tag } from "./MsgpackCursor.js";
 /** Codes of flax refusals besides the common ones; the msgpack ones are msgpack-python's words. */
 export type FlaxErrorCode =
   | CommonErrorCode
-  /** Invalid msgpack: a reserved byte, invalid UTF-8 in a string, a container used as a map key. */
+  /** Invalid msgpack: a reserved byte, invalid UTF-8 in a string, a container or an ndarray used as a map key. */
   | "FormatError"
   /** Bytes after the top-level value (msgpack-python: `ExtraData`). */
   | "ExtraData"
@@ -415,6 +415,7 @@ class FlaxWalker {
     const ready = cursor.headerReady();
     if (ready !== undefined) return ready.then(() => this.#readKey(frame));
     const tag = cursor.nextSync();
+    if (tag === Tag.Ext) return this.#extKey(frame);
     if (tag === Tag.Str || tag === Tag.Bin) {
       if (cursor.length > 3 * this.#maxNameLength) {
         throw new StConvertError(
@@ -485,9 +486,14 @@ class FlaxWalker {
         break;
       }
       default:
-        // Python cannot hash a dict or list; an ext key would be an ndarray, unhashable too.
-        throw new StConvertError("FormatError", `invalid map key at byte ${cursor.headerAt}: a ${tag === Tag.Ext ? "ext value" : "container"} cannot be a key`);
+        // Python cannot hash a dict or list (msgpack_restore: TypeError).
+        throw new StConvertError("FormatError", `invalid map key at byte ${cursor.headerAt}: a container cannot be a key`);
     }
+    this.#otherKey(frame, value, json, description);
+  }
+
+  /** A key that is not a string: checked for a repeat as Python compares keys, and kept as the key of the next value. */
+  #otherKey(frame: Frame, value: FlaxValue, json: unknown, description: string): void {
     const identity = keyIdentity(value);
     if (identity !== undefined) {
       frame.otherKeys ??= new Set();
@@ -495,6 +501,57 @@ class FlaxWalker {
       frame.otherKeys.add(identity);
     }
     frame.key = { text: `[${description}]`, bad: description, sepInKey: false, json };
+  }
+
+  /**
+   * A key that is an ext value (its header just read). msgpack-python accepts any key Python can
+   * hash: a timestamp, a complex, an ext type flax does not know; like the other keys that are
+   * not strings, such a key names no tensor. An ndarray cannot be hashed. A numpy scalar is
+   * refused on purpose: Python compares it equal to the int, float, str or bytes of its value,
+   * by rules that depend on its dtype, so which keys repeat (and so which value flax keeps)
+   * would need numpy's equality for every dtype; flax's `to_state_dict` makes every key a string.
+   */
+  async #extKey(frame: Frame): Promise<void> {
+    const cursor = this.#cursor;
+    const at = cursor.headerAt;
+    const type = cursor.extType;
+    const length = cursor.length;
+    const tensor = frame.slot.parent === undefined ? undefined : frame.slot.name;
+    if (type === 1) {
+      throw new StConvertError("FormatError", `invalid map key at byte ${at}: an ndarray (ext 1) cannot be a key, Python cannot hash it`, { tensor });
+    }
+    if (type === 3) {
+      throw new StConvertError(
+        "InvalidName",
+        `the map key at byte ${at} is a numpy scalar (ext 3), which Python takes for the int, float, str or bytes of its value by its dtype's rules (np.str_('w') is the key 'w', np.int16(1) the key 1); st-convert refuses such keys, as it cannot tell which keys repeat`,
+        { tensor },
+      );
+    }
+    if (type < -1) {
+      throw new StConvertError(
+        "InvalidExt",
+        `the ext key at byte ${at} has the type ${type}; msgpack_restore refuses types below 0 other than -1 (a timestamp)`,
+        {
+          tensor,
+        },
+      );
+    }
+    if (length > 3 * this.#maxNameLength) {
+      throw new StConvertError("LimitExceeded", `a map key of ${length} bytes at byte ${at} is longer than the name limit of ${this.#maxNameLength}`);
+    }
+    if (type === 2) {
+      const [real, imag] = await this.#readComplex(length, frame.slot.name);
+      const parts = `${new DataView(real.buffer).getFloat64(0)}, ${new DataView(imag.buffer).getFloat64(0)}`;
+      this.#otherKey(frame, { kind: "complex", real, imag }, { c: [floatJson(real), floatJson(imag)] }, `the complex key complex(${parts})`);
+      return;
+    }
+    const data = await cursor.bytes(length);
+    if (type === -1) {
+      const fault = timestampFault(data);
+      if (fault !== undefined) throw new StConvertError("InvalidExt", `${fault} at byte ${at}; msgpack_restore refuses it`, { tensor });
+    }
+    const description = type === -1 ? "a timestamp key" : `an ext key of type ${type}`;
+    this.#otherKey(frame, { kind: "ext", code: type, data }, { x: [type, toHex(data)] }, description);
   }
 
   #checkRepeat(frame: Frame, identity: string, seen: Set<string>, description: string): void {
@@ -698,7 +755,13 @@ class FlaxWalker {
     if (payloadLength === 0 || cursor.nextSync() !== Tag.Array || cursor.length !== 3) {
       arrayFault("InvalidArray", "the payload is not the msgpack array [shape, dtype name, bytes]", at, name);
     }
-    if (cursor.nextSync() !== Tag.Array) arrayFault("InvalidArray", "the shape is not an array of integers", at, name);
+    const shapeTag = cursor.nextSync();
+    if (shapeTag !== Tag.Array) {
+      // Deliberately stricter than flax, which hands the value to numpy's reshape: a bare int n is
+      // the shape (n,), nil leaves the shape to the byte count, a str or bin is read as a sequence
+      // of byte values. flax writes `list(shape)`; a file with one meaning states its dimensions.
+      arrayFault("InvalidArray", `the shape is ${describeTag(shapeTag)}, not a list of dimensions as flax writes it`, at, name);
+    }
     const rank = cursor.length;
     if (rank > MAX_RANK) arrayFault("InvalidArray", `the shape has ${rank} dimensions; numpy allows at most ${MAX_RANK}`, at, name);
     const shape: number[] = new Array(rank);
@@ -1109,6 +1172,27 @@ function indexed(parts: Parts | "other" | undefined, what: string, fail: (rule: 
     out.push(value);
   }
   return out;
+}
+
+/** A msgpack value's kind, for messages. */
+function describeTag(tag: Tag): string {
+  switch (tag) {
+    case Tag.Int:
+      return "a bare integer (which numpy's reshape would take as one dimension)";
+    case Tag.Nil:
+      return "nil (which numpy's reshape would leave to the byte count)";
+    case Tag.Str:
+    case Tag.Bin:
+      return "a string (whose bytes numpy's reshape would take as dimensions)";
+    case Tag.Map:
+      return "a map";
+    case Tag.Float:
+      return "a float";
+    case Tag.Bool:
+      return "a bool";
+    default:
+      return "an ext value";
+  }
 }
 
 /** Refuses an ndarray payload, naming the rule, where it starts and the tensor. */

@@ -42,7 +42,7 @@ import {
   parseFlaxTree,
 } from "./FlaxTree.js";
 import { MsgpackEncoder } from "./MsgpackEncoder.js";
-import { MAX_DEPTH, arrayTooBig } from "./readFlax.js";
+import { MAX_DEPTH, MAX_RANK, arrayTooBig } from "./readFlax.js";
 
 export { MAX_CHUNK_SIZE, MAX_TREE_RECORD };
 
@@ -99,7 +99,7 @@ interface Plan {
  * @throws StConvertError `InvalidName` (a name that is both an array and a dict prefix of another,
  *   such as `a` beside `a.b`; a lone surrogate; a name the record's lists or values are in the way
  *   of; a `__msgpack_chunked_array__` key), `DuplicateKey`, `Unsupported` (F4/F6, which no numpy
- *   dtype holds byte for byte; an array numpy finds too big), `LimitExceeded` (deeper than
+ *   dtype holds byte for byte; an array numpy finds too big or of more than `MAX_RANK` dimensions), `LimitExceeded` (deeper than
  *   `maxDepth`, a record past `maxTreeRecord`), `ByteLengthMismatch` (a tensor delivered another
  *   byte count than it declared), `InvalidMetadata` (a `flax.tree` record st-convert did not
  *   write), `InvalidArgument` (an empty `sep`, a bad `maxChunkSize`, a record of one top-level
@@ -164,6 +164,13 @@ function checkTensor(tensor: TensorEntry): void {
       {
         tensor: tensor.name,
       },
+    );
+  }
+  if (tensor.shape.length > MAX_RANK) {
+    throw new StConvertError(
+      "Unsupported",
+      `${tensor.dtype} [${tensor.shape.join(", ")}] has ${tensor.shape.length} dimensions; numpy allows at most ${MAX_RANK} (NPY_MAXDIMS), so flax could not read it back`,
+      { tensor: tensor.name },
     );
   }
   const tooBig = arrayTooBig(tensor.shape, info.bits / 8);

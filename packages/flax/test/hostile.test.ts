@@ -58,6 +58,12 @@ describe("hostile flax files", () => {
     await expect(readFlax(named)).rejects.toThrow(/^model\.msgpack: tensor "layer\.w": /);
   });
 
+  it("says why: a shape that is not a list (flax-shape-not-a-list), a numpy scalar key (flax-ext-map-keys)", async () => {
+    const bareInt = cat(map(1), str("w"), [0xc7, 0x0c, 0x01, 0x93, 0x02], str("uint8"), [0xc4, 0x02, 1, 2]);
+    await expect(readFlax(bareInt)).rejects.toThrow(/the shape is a bare integer .*, not a list of dimensions as flax writes it/);
+    await expect(readFlax(cat(map(1), ndarray([], "int16", [1, 0], 3), [0x01]))).rejects.toThrow(/is a numpy scalar \(ext 3\).*cannot tell which keys repeat/);
+  });
+
   it("refuses a declared length past the end at once, not after a long loop", async () => {
     const start = performance.now();
     expect(await outcome(cat([0xdf, 0xff, 0xff, 0xff, 0xff]))).toBe("UnexpectedEof");
@@ -94,6 +100,33 @@ describe("unusual but valid input, accepted like the reference", () => {
     expect(warnings).toEqual([]);
     expect(file.skipped).toBe(4);
     expect(tree(file)).toEqual(["a", { x: [7, "00"] }, "b", { x: [7, "0000"] }, "c", { x: [-1, "00000000"] }, "d", { x: [7, "0000000000000000"] }, "w", 1]);
+  });
+
+  it("flax-ext-map-keys: timestamp, complex and ext keys are kept in the tree, and written back byte for byte", async () => {
+    const float64 = (value: number) => {
+      const bytes = new Uint8Array(8);
+      new DataView(bytes.buffer).setFloat64(0, value);
+      return [0xcb, ...bytes];
+    };
+    const bytes = cat(
+      map(4),
+      [0xd6, 0xff, 0, 0, 0, 1],
+      [0x01],
+      [0xc7, 0x13, 0x02, 0x92, ...float64(1), ...float64(2)],
+      [0x02],
+      [0xd4, 0x7f, 0x00],
+      [0xc0],
+      str("w"),
+      [0xc7, 0x0c, 0x01, 0x93, 0x91, 0x01],
+      str("uint8"),
+      [0xc4, 0x01, 0x2a],
+    );
+    const { file, names, warnings } = await read(bytes);
+    expect(names).toEqual(["w"]);
+    expect(warnings).toEqual([]);
+    expect(file.skipped).toBe(3);
+    expect(tree(file)).toEqual([{ x: [-1, "00000001"] }, { i: 1 }, { c: [1, 2] }, { i: 2 }, { x: [127, "00"] }, null, "w", 1]);
+    expect(toHex(await serializeFlax(file))).toBe(toHex(bytes));
   });
 
   it("without room for the tree, the leaves are skipped with a notice each", async () => {

@@ -10,11 +10,15 @@ export const chunkDict = (shape: Uint8Array, chunks: Uint8Array, marker = cat(st
   cat(map(1), str("w"), map(3), marker, str("shape"), shape, str("chunks"), chunks);
 export const dims = (...values: number[]) => cat(map(values.length), ...values.flatMap((d, i) => [str(String(i)), uint(d)]));
 export const pieces = (...arrays: Uint8Array[]) => cat(map(arrays.length), ...arrays.flatMap((a, i) => [str(String(i)), a]));
-/** `{"a": ext}`: an ext value of `type` around `payload`, in the ext8 form. */
-export const extLeaf = (type: number, payloadBytes: Part) => {
+/** An ext value of `type` around `payload`, in the ext8 form. */
+const extValue = (type: number, payloadBytes: Part) => {
   const p = cat(payloadBytes);
-  return cat(map(1), str("a"), [0xc7, p.byteLength, type & 0xff], p);
+  return cat([0xc7, p.byteLength, type & 0xff], p);
 };
+/** `{"a": ext}`: an ext value of `type` around `payload`, in the ext8 form. */
+export const extLeaf = (type: number, payloadBytes: Part) => cat(map(1), str("a"), extValue(type, payloadBytes));
+/** `{"w": ext}`: an ndarray (or numpy scalar) payload whose shape is `shape`, encoded as given. */
+const shapedAs = (shape: Part, type = 1) => cat(map(1), str("w"), extValue(type, cat(arr(3), shape, str("uint8"), [0xc4, 2, 1, 2])));
 const be64 = (value: bigint) => Array.from({ length: 8 }, (_, i) => Number((value >> BigInt(8 * (7 - i))) & 0xffn));
 const be32 = (value: number) => [value >>> 24, (value >>> 16) & 0xff, (value >>> 8) & 0xff, value & 0xff];
 /** A uint64 (0xcf) msgpack int. */
@@ -200,6 +204,71 @@ export const hostileCases: [attack: string, bytes: Uint8Array, code: string, ref
   ["keys 1 and True, one key in a Python dict", cat(map(2), [0x01], [0xc0], [0xc3], [0xc0]), "DuplicateKey", "accepts"],
   ["keys 0 and 0.0, one key in a Python dict", cat(map(2), [0x00], [0xc0], [0xcb, 0, 0, 0, 0, 0, 0, 0, 0], [0xc0]), "DuplicateKey", "accepts"],
   ["a repeated key in a list's dict", cat(map(1), str("l"), arr(1), map(2), str("a"), [0x01], str("a"), [0x02]), "DuplicateKey", "accepts"],
+  // flax-ext-map-keys: msgpack_restore takes any key Python can hash. A key that is not a string
+  // names no tensor (InvalidName below it); one Python compares equal to another key repeats it.
+  ["flax-ext-map-keys: an ndarray (ext 1) as a key, unhashable", cat(map(1), ndarray([1], "uint8", [1]), [0x01]), "FormatError", "refuses"],
+  ["flax-ext-map-keys: a 0-d ndarray (ext 1) as a key, unhashable", cat(map(1), ndarray([], "uint8", [1]), [0x01]), "FormatError", "refuses"],
+  [
+    "flax-ext-map-keys: a numpy scalar (ext 3) as a key, refused: numpy's equality decides which keys repeat",
+    cat(map(1), ndarray([], "int16", [1, 0], 3), [0x01]),
+    "InvalidName",
+    "accepts",
+  ],
+  [
+    "flax-ext-map-keys: np.str_('w') beside 'w', one key in Python",
+    cat(map(2), ndarray([], "<U1", [0x77, 0, 0, 0], 3), [0xc0], str("w"), ndarray([1], "uint8", [1])),
+    "InvalidName",
+    "accepts",
+  ],
+  ["flax-ext-map-keys: a timestamp key holding an array", cat(map(1), [0xd6, 0xff, 0, 0, 0, 0], ndarray([1], "uint8", [1])), "InvalidName", "accepts"],
+  ["flax-ext-map-keys: an ext 7 key above an array", cat(map(1), [0xd4, 0x07, 0x00], map(1), str("w"), ndarray([1], "uint8", [1])), "InvalidName", "accepts"],
+  [
+    "flax-ext-map-keys: a timestamp key, a complex key and ext 0 and 127 keys holding values",
+    cat(
+      map(5),
+      [0xd6, 0xff, 0, 0, 0, 1],
+      [0x01],
+      extValue(2, [0x92, 0x01, 0x02]),
+      [0x02],
+      [0xd4, 0x7f, 0x00],
+      [0xc0],
+      [0xc7, 0x00, 0x00],
+      str("x"),
+      str("w"),
+      ndarray([1], "uint8", [1]),
+    ),
+    "ok",
+    "accepts",
+  ],
+  [
+    "flax-ext-map-keys: keys 1 and complex(1, 0), one key in Python",
+    cat(map(2), [0x01], [0xc0], extValue(2, [0x92, 0x01, 0x00]), [0xc0]),
+    "DuplicateKey",
+    "accepts",
+  ],
+  [
+    "flax-ext-map-keys: one time as a 32-bit and a 64-bit timestamp key, one key in Python",
+    cat(map(2), [0xd6, 0xff, 0, 0, 0, 9], [0xc0], [0xd7, 0xff, 0, 0, 0, 0, 0, 0, 0, 9], [0xc0]),
+    "DuplicateKey",
+    "accepts",
+  ],
+  ["flax-ext-map-keys: an ext key 7 given twice", cat(map(2), [0xd4, 0x07, 0x01], [0xc0], [0xd4, 0x07, 0x01], [0xc0]), "DuplicateKey", "accepts"],
+  [
+    "flax-ext-map-keys: complex keys with NaN parts, never equal in Python",
+    cat(map(2), ...[0, 1].map(() => cat(extValue(2, [0x92, 0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0, 0x01]), [0xc0]))),
+    "ok",
+    "accepts",
+  ],
+  ["flax-ext-map-keys: a key of ext type -2", cat(map(1), [0xd4, 0xfe, 0x00], [0x01]), "InvalidExt", "refuses"],
+  ["flax-ext-map-keys: a timestamp key of 5 bytes", cat(map(1), [0xc7, 0x05, 0xff, 0, 0, 0, 0, 0], [0x01]), "InvalidExt", "refuses"],
+  ["flax-ext-map-keys: a complex key that is not msgpack", cat(map(1), [0xd4, 0x02, 0xc1], [0x01]), "InvalidExt", "refuses"],
+  // flax-shape-not-a-list: flax hands the shape to numpy's reshape, which takes an int, None or a
+  // string's bytes as well as a list; flax writes a list, and so must a file with one meaning.
+  ["flax-shape-not-a-list: a bare int shape (reshape(2))", shapedAs([0x02]), "InvalidArray", "accepts"],
+  ["flax-shape-not-a-list: a nil shape (reshape(None))", shapedAs([0xc0]), "InvalidArray", "accepts"],
+  ["flax-shape-not-a-list: a str shape (its bytes as dimensions)", shapedAs([0xa1, 0x02]), "InvalidArray", "accepts"],
+  ["flax-shape-not-a-list: a bare int shape on a numpy scalar (ext 3)", shapedAs([0x02], 3), "InvalidArray", "accepts"],
+  ["flax-shape-not-a-list: a float shape", shapedAs([0xcb, 0x40, 0, 0, 0, 0, 0, 0, 0]), "InvalidArray", "refuses"],
   // Zero-element arrays whose shapes numpy cannot make (reshape overflows, or "array is too big").
   ["a zero-element shape (2^32, 2^32, 0) that overflows", emptyArray("uint8", 2n ** 32n, 2n ** 32n, 0n), "InvalidArray", "refuses"],
   ["a zero-element float32 shape (0, 2^31, 2^30): 2^63 bytes", emptyArray("float32", 0n, 2n ** 31n, 2n ** 30n), "InvalidArray", "refuses"],

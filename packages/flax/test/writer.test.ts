@@ -99,6 +99,16 @@ describe("dtypes and metadata", () => {
     }
   });
 
+  it("writers-rank-past-64: refuses a tensor of 65 dimensions before the first byte, naming it; writes 64", async () => {
+    const written: number[] = [];
+    const sink: ByteSink = { write: async (chunk) => void written.push(chunk.byteLength), close: async () => {}, abort: async () => {} };
+    const ones = (n: number) => tensorFromBytes({ name: "deep", dtype: "U8", shape: new Array<number>(n).fill(1) }, Uint8Array.of(7));
+    await expect(writeFlax({ metadata: null, tensors: [u8("a", 1), ones(65)] }, sink)).rejects.toMatchObject({ code: "Unsupported", tensor: "deep" });
+    expect(written).toEqual([]);
+    const back = await readFlax(await write([ones(64)]));
+    expect(back.tensors[0]!.shape).toHaveLength(64);
+  });
+
   it("drops metadata with a warning, and writes the same bytes as without it", async () => {
     const warnings: string[] = [];
     const tensors = [u8("a", 1)];
@@ -374,7 +384,11 @@ describe("the flax.tree record", () => {
     ["an array under an int key", [{ i: 1 }, 1]],
     ["two arrays of one name", ["a.b", 1, "a", ["b", 1]]],
     ["an unknown form", ["a", { z: 1 }]],
-    ["a complex key", [{ c: [1, 2] }, null]],
+    ["a numpy scalar key (flax-ext-map-keys: refused when read)", [{ x: [3, "00"] }, null]],
+    ["an ndarray key", [{ x: [1, "00"] }, null]],
+    ["keys 1 and complex(1, 0), one key in Python", [{ i: 1 }, null, { c: [1, 0] }, null]],
+    ["one time as two timestamp keys, one key in Python", [{ x: [-1, "00000009"] }, null, { x: [-1, "0000000000000009"] }, null]],
+    ["an array under a timestamp key", [{ x: [-1, "00000009"] }, 1]],
     ["a list that is not an array", ["a", { l: 1 }]],
     ["nesting deeper than flax reads", JSON.parse(`${'["a",'.repeat(MAX_DEPTH)}[]${"]".repeat(MAX_DEPTH)}`)],
   ])("refuses a record st-convert does not write: %s", async (_case, tree) => {

@@ -8,6 +8,7 @@
  * float8_e5m2 as `<f1`, which `np.load` cannot read at all (formats.md §2.4).
  */
 import { type Dtype, DTYPES, StConvertError, dtypeFromNumpyName, dtypeInfo, isDtype } from "@st-convert/core";
+import { MAX_RANK } from "./NpyHeader.js";
 import { type NumpyDtype, numpyTupleDtype, parseNumpyDtype } from "./parseNumpyDtype.js";
 import type { PyValue } from "./parsePythonLiteral.js";
 
@@ -15,7 +16,10 @@ import type { PyValue } from "./parsePythonLiteral.js";
 export type ParsedDescr =
   /** A dtype with a safetensors equivalent; `swapUnit` > 1 when the bytes are big-endian and must be swapped in units of that many bytes. */
   | { readonly kind: "dtype"; readonly dtype: Dtype; readonly itemSize: number; readonly swapUnit: number; readonly subarray?: readonly number[] }
-  /** Raw void of `itemSize` bytes per element: what it holds must be declared. */
+  /**
+   * Raw void of `itemSize` bytes per element: what it holds must be declared. `swapUnit` -1 when
+   * the descr marks it big-endian (`>V2`), which numpy ignores and the reader refuses past one byte.
+   */
   | { readonly kind: "void"; readonly itemSize: number; readonly swapUnit: 1 | -1; readonly subarray?: readonly number[] };
 
 // `subarray`: the shape each element of a subarray dtype holds (`'(2,3)<f4'`, `'1f4'`,
@@ -159,10 +163,17 @@ export function numpyCanShape(shape: readonly (number | bigint)[], itemSize: num
 }
 
 /**
- * Refuses, before anything is written, a tensor whose array `np.load` would refuse to make.
+ * Refuses, before anything is written, a tensor whose array `np.load` would refuse to make: more
+ * than {@link MAX_RANK} dimensions, or too many bytes.
  * @throws StConvertError `Unsupported`.
  */
 export function checkNumpyShape(dtype: Dtype, shape: readonly number[]): void {
+  if (shape.length > MAX_RANK) {
+    throw new StConvertError(
+      "Unsupported",
+      `${dtype} [${shape.join(", ")}] has ${shape.length} dimensions and cannot be written for numpy: np.load refuses more than ${MAX_RANK} (NPY_MAXDIMS)`,
+    );
+  }
   if (!numpyCanShape(shape, dtypeInfo(dtype).bits / 8)) {
     throw new StConvertError(
       "Unsupported",

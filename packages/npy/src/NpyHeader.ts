@@ -20,6 +20,12 @@ export const NPY_MAGIC: Uint8Array = Uint8Array.of(0x93, 0x4e, 0x55, 0x4d, 0x50,
  */
 export const MAX_NPY_HEADER_SIZE = 10_000;
 
+/**
+ * Most dimensions an array may have: numpy's `NPY_MAXDIMS` (64 since numpy 2.0). np.load refuses a
+ * header with more ("maximum supported dimension for an ndarray is currently 64"), empty or not.
+ */
+export const MAX_RANK = 64;
+
 /** Data starts on a multiple of this many bytes in files numpy writes (`ARRAY_ALIGN`). */
 const ARRAY_ALIGN = 64;
 /** Spaces numpy reserves so the growth axis can reach 21 digits (`GROWTH_AXIS_MAX_DIGITS`). */
@@ -60,7 +66,8 @@ const INT64_MAX = (1n << 63n) - 1n;
  * `shape` a tuple of ints, `fortran_order` a bool, `descr` a string.
  *
  * Stricter than numpy, which would fail later: a bool as a dimension, negative dimensions and
- * dimensions past int64 are refused here (`InvalidShape`).
+ * dimensions past int64 are refused here (`InvalidShape`), as are more than {@link MAX_RANK}
+ * dimensions (numpy refuses them when it makes the array).
  * @throws StConvertError `HeaderTooLarge`, `InvalidHeader`, `InvalidHeaderKeys`, `InvalidShape`,
  *   `InvalidFortranOrder`, `InvalidDescr`, `UnsupportedDtype` (structured descrs).
  */
@@ -136,6 +143,12 @@ const CANONICAL =
 
 /** Dimensions as numpy accepts them, or the stricter refusals st-convert applies at once. */
 function checkedShape(shape: bigint[], shown: () => string): bigint[] {
+  if (shape.length > MAX_RANK) {
+    throw new StConvertError(
+      "InvalidShape",
+      `shape is not valid: ${shape.length} dimensions, more than numpy's maximum of ${MAX_RANK} (NPY_MAXDIMS: "maximum supported dimension for an ndarray")`,
+    );
+  }
   for (const dim of shape) {
     if (dim < 0n) throw new StConvertError("InvalidShape", `shape is not valid: negative dimensions are not allowed (${shown()})`);
     if (dim > INT64_MAX) throw new StConvertError("InvalidShape", `shape is not valid: dimension ${dim} does not fit in int64`);

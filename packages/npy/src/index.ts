@@ -7,6 +7,7 @@ export { FORTRAN_SLAB_SIZE, FORTRAN_SLAB_SIZE_SYNC } from "./fortranToC.js";
 export {
   type EncodeNpyHeaderOptions,
   MAX_NPY_HEADER_SIZE,
+  MAX_RANK,
   NPY_MAGIC,
   type NpyHeader,
   type NpyHeaderOptions,

@@ -198,11 +198,19 @@ export async function readNpz(input: ByteInput, options: NpzReadOptions = {}): P
     const skipped: string[] = [];
     const seen = new Set<string>();
     const memberNames = new Set(members.map((m) => m.name));
+    // Every member counts, arrays or not: np.load returns the last member of a name for each time
+    // it is listed, so an array beside a non-array of its name is bytes to numpy (or the other way).
+    const given = new Map<string, number>();
+    for (const member of members) given.set(tensorName(member), (given.get(tensorName(member)) ?? 0) + 1);
+    const duplicate = (name: string) =>
+      new StConvertError("DuplicateKey", `${given.get(name)} members of the archive give this tensor name (np.load returns the last of them for each)`, {
+        tensor: name,
+      });
     let leftOut = 0;
     for (const [i, item] of opened.entries()) {
       if (item === LEFT_OUT) {
         const name = tensorName(members[i]!);
-        if (seen.has(name)) throw new StConvertError("DuplicateKey", "two members of the archive give this tensor name", { tensor: name });
+        if (given.get(name)! > 1) throw duplicate(name);
         seen.add(name);
         leftOut++;
         continue;
@@ -211,7 +219,7 @@ export async function readNpz(input: ByteInput, options: NpzReadOptions = {}): P
         skipped.push(item);
         continue;
       }
-      if (seen.has(item.name)) throw new StConvertError("DuplicateKey", "two members of the archive give this tensor name", { tensor: item.name });
+      if (given.get(item.name)! > 1) throw duplicate(item.name);
       // np.load maps a name to the member of that exact name before the one with ".npy" added.
       if (members[i]!.name !== item.name && memberNames.has(item.name)) {
         throw new StConvertError(

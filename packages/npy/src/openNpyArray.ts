@@ -67,12 +67,23 @@ export async function openNpyArray(payload: Payload, name: string, options: Open
  */
 export function npyTensor(payload: Payload, name: string, header: NpyHeader, dataOffset: number, options: OpenNpyArrayOptions): TensorEntry {
   const parsed = header.descrTuple === undefined ? parseDescr(header.descr) : parseTupleDescr(header.descrTuple, header.descr);
+  let elements = 1n;
+  for (const dim of header.shape) elements *= dim;
   let dtype: Dtype;
   let swapUnit: number;
   if (parsed.kind === "void") {
+    if (parsed.swapUnit === -1 && parsed.itemSize > 1 && elements !== 0n) {
+      // Deliberately stricter than numpy: np.dtype('>V2') is '|V2' (a void has no byte order), so
+      // np.load returns the bytes as stored; but ml_dtypes saves a big-endian bfloat16 array as
+      // '>V2' (observed), whose values are those bytes swapped. Either reading of the declared
+      // dtype is wrong for one of them (an empty array has no values to differ).
+      throw new StConvertError(
+        "UnsupportedDtype",
+        `dtype '${header.descr}' is raw void marked big-endian: numpy drops the mark (a void has no byte order) and returns the bytes as stored, while ml_dtypes saves a big-endian bfloat16 array this way, whose values are those bytes swapped; the two readings give different tensors, so st-convert reads neither (save the array little-endian: arr.astype(arr.dtype.newbyteorder('<')))`,
+      );
+    }
     dtype = resolveVoid(header.descr, parsed.itemSize, name, options.declarations, options.recorded);
-    const unit = dtype === "C64" ? 4 : parsed.itemSize;
-    swapUnit = parsed.swapUnit === -1 && unit > 1 ? unit : 1;
+    swapUnit = 1;
   } else {
     if (options.recorded !== undefined && options.recorded !== parsed.dtype) {
       throw new StConvertError(
@@ -84,8 +95,6 @@ export function npyTensor(payload: Payload, name: string, header: NpyHeader, dat
     swapUnit = parsed.swapUnit;
   }
   const itemSize = parsed.itemSize;
-  let elements = 1n;
-  for (const dim of header.shape) elements *= dim;
   // (2^32, 2^32, 0) is no more an array to numpy than to safetensors.
   if (!numpyCanShape(header.shape, itemSize)) {
     throw new StConvertError(
@@ -94,13 +103,16 @@ export function npyTensor(payload: Payload, name: string, header: NpyHeader, dat
     );
   }
   if (parsed.subarray !== undefined) {
-    // np.load reads `count` items of the subarray dtype and reshapes them to the header's shape,
-    // which works only when each item is one element (or there are none).
+    // np.load makes `count` items of the subarray dtype and reshapes them to the header's shape,
+    // which works only when each item is one element (or there are none). Deliberately stricter
+    // than np.load of a file on disk: numpy.fromfile reads the base elements the data holds, and
+    // np.load takes them when they are exactly the shape's count; from a stream or an npz member
+    // the same bytes are refused. One file, two verdicts in numpy itself; np.save never writes one.
     const perItem = parsed.subarray.reduce((n, d) => n * BigInt(d), 1n);
     if (perItem !== 1n && elements !== 0n) {
       throw new StConvertError(
         "UnsupportedDtype",
-        `dtype '${header.descr}' is a subarray of ${perItem} elements per item; np.load cannot read it either (it reads ${elements} items for ${elements} elements: "Failed to read all data")`,
+        `dtype '${header.descr}' is a subarray of ${perItem} elements per item, for a shape of ${elements} elements: np.save never writes one (it folds a subarray into the shape), and np.load reads it two ways, from a stream or an npz member not at all ("Failed to read all data", "cannot reshape"), from a file on disk as the base elements the data holds (numpy.fromfile); st-convert refuses it`,
       );
     }
   }

@@ -12,6 +12,7 @@
  * where C `long` and `intp` are 64 bits: `'l'`, `'long'`, `'int'`, `'intp'` are int64.
  */
 import { type Dtype, StConvertError } from "@st-convert/core";
+import { MAX_RANK } from "./NpyHeader.js";
 import { type PyValue, parsePythonLiteral } from "./parsePythonLiteral.js";
 
 /** A dtype as numpy builds it from a string, reduced to what st-convert needs to know. */
@@ -20,7 +21,7 @@ export type NumpyDtype =
   | { readonly kind: "scalar"; readonly dtype: Dtype; readonly itemSize: number; readonly bigEndian: boolean }
   /**
    * Raw void (`V2`). numpy keeps no byte order for void; `bigEndian` records a `>` the string
-   * gave, which st-convert honours for a declared type (ml_dtypes writes big-endian bfloat16 as `>V2`).
+   * gave (ml_dtypes writes big-endian bfloat16 as `>V2`), so that the reader can refuse it.
    */
   | { readonly kind: "void"; readonly itemSize: number; readonly bigEndian: boolean }
   /** Bytes (`S`) or unicode (`U`) strings; `itemSize` 0 is numpy's "unsized" prototype. */
@@ -34,8 +35,6 @@ export type NumpyDtype =
 
 /** numpy's `NPY_MAX_INT`: item sizes and subarray dimensions must fit in a C int. */
 const INT_MAX = 2 ** 31 - 1;
-/** numpy's `NPY_MAXDIMS` (numpy 2): most dimensions a subarray shape may have. */
-const MAX_DIMS = 64;
 
 const scalar = (dtype: Dtype, itemSize: number): NumpyDtype => ({ kind: "scalar", dtype, itemSize, bigEndian: false });
 const other = (what: string, itemSize: number): NumpyDtype => ({ kind: "other", what, itemSize });
@@ -360,7 +359,7 @@ export function numpyTupleDtype(base: NumpyDtype, value: PyValue): NumpyDtype {
   if (value.kind === "int") dims = [value.value];
   else if (value.kind === "tuple" && value.items.every((v) => v.kind === "int")) dims = value.items.map((v) => (v as { value: bigint }).value);
   else return fail("invalid shape in fixed-type tuple");
-  if (dims.length > MAX_DIMS) fail("invalid shape in fixed-type tuple");
+  if (dims.length > MAX_RANK) fail("invalid shape in fixed-type tuple");
   if (dims.length === 0 && value.kind === "tuple") return base;
   let items = 1n;
   for (const d of dims) {

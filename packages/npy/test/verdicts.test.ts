@@ -30,7 +30,15 @@ interface Case {
   numpy: NumpyVerdict;
   /** Why we differ from numpy, where we do. */
   why?: string;
+  /** Void declarations our reader is given. */
+  dtypes?: string[];
 }
+
+/** An npy header of `dims` dimensions of `dim` each, float32, with the data it needs. */
+const rankNpy = (dims: number, dim: number) =>
+  npyFile(`{'descr': '<f4', 'fortran_order': False, 'shape': (${new Array(dims).fill(dim).join(", ")}), }`, dim === 0 ? 0 : 4);
+const header = (descr: string, shape: string) => `{'descr': ${descr}, 'fortran_order': False, 'shape': ${shape}, }`;
+const bf16be = npyFile(header("'>V2'", "(2,)"), Uint8Array.of(0x3f, 0x80, 0x40, 0x00));
 
 const maxComment = new Uint8Array(0xffff).fill(0x78);
 
@@ -166,12 +174,113 @@ const cases: Case[] = [
     ours: "BadZipFile",
     numpy: "refuses",
   },
+  // The differential fuzzer's classes (docs/security.md), named after them.
+  { attack: "npy-rank-past-64: 65 dimensions", bytes: rankNpy(65, 1), kind: "npy", ours: "InvalidShape", numpy: "refuses" },
+  { attack: "npy-rank-past-64: 65 dimensions, empty", bytes: rankNpy(65, 0), kind: "npy", ours: "InvalidShape", numpy: "refuses" },
+  { attack: "npy-rank-past-64: 64 dimensions, numpy's most", bytes: rankNpy(64, 1), kind: "npy", ours: ["a"], numpy: "reads npy" },
+  {
+    attack: "npy-rank-past-64: a member of 65 dimensions",
+    bytes: zipOf([{ name: "a.npy", content: rankNpy(65, 1) }]),
+    kind: "npz",
+    ours: "InvalidShape",
+    numpy: "refuses",
+  },
+  {
+    attack: "npy-byte-order-on-void: '>V2' declared BF16",
+    bytes: bf16be,
+    kind: "npy",
+    ours: "UnsupportedDtype",
+    numpy: "reads npy",
+    dtypes: ["V2=BF16"],
+    why: "numpy returns the bytes unswapped ('>V2' is '|V2'), while ml_dtypes writes a big-endian bfloat16 array so: either reading gives a wrong tensor for one of them",
+  },
+  {
+    attack: "npy-byte-order-on-void: a '>V2' member declared BF16",
+    bytes: zipOf([{ name: "a.npy", content: bf16be }]),
+    kind: "npz",
+    ours: "UnsupportedDtype",
+    numpy: "reads npz",
+    dtypes: ["V2=BF16"],
+    why: "numpy returns the bytes unswapped ('>V2' is '|V2'), while ml_dtypes writes a big-endian bfloat16 array so: either reading gives a wrong tensor for one of them",
+  },
+  {
+    attack: "npy-byte-order-on-void: '>V1' declared F8_E4M3 (one byte: nothing to swap)",
+    bytes: npyFile(header("'>V1'", "(2,)"), Uint8Array.of(0x38, 0x40)),
+    kind: "npy",
+    ours: ["a"],
+    numpy: "reads npy",
+    dtypes: ["V1=F8_E4M3"],
+  },
+  {
+    attack: "npy-byte-order-on-void: an empty '>V2' declared BF16 (no values to swap)",
+    bytes: npyFile(header("'>V2'", "(0,)")),
+    kind: "npy",
+    ours: ["a"],
+    numpy: "reads npy",
+    dtypes: ["V2=BF16"],
+  },
+  {
+    attack: "npy-subarray-descr-from-a-file: '6i4' of shape (12,) holding 12 int32",
+    bytes: npyFile(header("'6i4'", "(12,)"), 48),
+    kind: "npy",
+    ours: "UnsupportedDtype",
+    numpy: "reads npy",
+    why: "numpy.fromfile reads the 12 int32 from a file on disk, while the same bytes from a stream or an npz member are refused: numpy itself gives the file two verdicts",
+  },
+  {
+    attack: "npy-subarray-descr-from-a-file: ('<f4', (2,)) of shape (3, 2) in Fortran order, holding 6 float32",
+    bytes: npyFile("{'descr': ('<f4', (2,)), 'fortran_order': True, 'shape': (3, 2), }", 24),
+    kind: "npy",
+    ours: "UnsupportedDtype",
+    numpy: "reads npy",
+    why: "numpy.fromfile reads the 6 float32 from a file on disk, while the same bytes from a stream or an npz member are refused: numpy itself gives the file two verdicts",
+  },
+  {
+    attack: "npy-subarray-descr-from-a-file: the same '6i4' as an npz member",
+    bytes: zipOf([{ name: "a.npy", content: npyFile(header("'6i4'", "(12,)"), 48) }]),
+    kind: "npz",
+    ours: "UnsupportedDtype",
+    numpy: "refuses",
+  },
+  {
+    attack: "npz-one-name-array-and-bytes: members w (an array) and w (bytes)",
+    bytes: zipOf([
+      { name: "w", content: npy },
+      { name: "w", content: text("not an array") },
+    ]),
+    kind: "npz",
+    ours: "DuplicateKey",
+    numpy: "reads npz",
+    why: "numpy lists w twice and returns the last member's bytes for both: the array is unreachable to it",
+  },
+  {
+    attack: "npz-one-name-array-and-bytes: members w (bytes) and w (an array)",
+    bytes: zipOf([
+      { name: "w", content: text("not an array") },
+      { name: "w", content: npy },
+    ]),
+    kind: "npz",
+    ours: "DuplicateKey",
+    numpy: "reads npz",
+    why: "numpy lists w twice and returns the last member's array for both; a name given twice is refused, as everywhere",
+  },
+  {
+    attack: "npz-one-name-array-and-bytes: an array beside two text members of one name",
+    bytes: zipOf([
+      { name: "a.npy", content: npy },
+      { name: "notes.txt", content: text("x") },
+      { name: "notes.txt", content: text("y") },
+    ]),
+    kind: "npz",
+    ours: ["a"],
+    numpy: "reads npz",
+  },
 ];
 
 async function verdict(c: Case, options: { maxKeptBytes?: number } = {}): Promise<string[] | string> {
   try {
     const source = bytesSource(c.bytes, `case.${c.kind}`);
-    const file = c.kind === "npy" ? await readNpy(source, { name: "a" }) : await readNpz(source, options);
+    const file = c.kind === "npy" ? await readNpy(source, { name: "a", dtypes: c.dtypes }) : await readNpz(source, { ...options, dtypes: c.dtypes });
     for (const t of file.tensors) await readTensorBytes(t);
     return file.tensors.map((t) => t.name);
   } catch (error) {
@@ -186,6 +295,11 @@ describe("npz edges, byte by byte", () => {
     expect(await verdict(c)).toEqual(c.ours);
     // Members read from the source rather than kept from the blocks that located them: the same verdict.
     if (c.kind === "npz") expect(await verdict(c, { maxKeptBytes: 0 })).toEqual(c.ours);
+  });
+
+  it("says why it refuses on purpose what np.load reads: a big-endian void, a subarray descr", async () => {
+    await expect(readNpy(bf16be, { dtypes: ["V2=BF16"] })).rejects.toThrow(/'>V2' is raw void marked big-endian: numpy drops the mark.*ml_dtypes/);
+    await expect(readNpy(npyFile(header("'6i4'", "(12,)"), 48))).rejects.toThrow(/subarray of 6 elements per item.*np\.load reads it two ways/);
   });
 
   it("says why an archive holds nothing to convert, naming a PyTorch checkpoint", async () => {
@@ -251,6 +365,15 @@ describe("writers refuse what numpy would read otherwise, before writing a byte"
       await expect(write([empty(shape)], "npy")).rejects.toMatchObject({ code: "Unsupported", tensor: "e" });
     },
   );
+
+  it("writers-rank-past-64: refuses a tensor of 65 dimensions, as npz and as npy, naming it; writes 64", async () => {
+    const ones = (n: number) => tensorFromBytes({ name: "deep", dtype: "U8", shape: new Array<number>(n).fill(1) }, Uint8Array.of(7));
+    await expect(write([one("a"), ones(65)])).rejects.toMatchObject({ code: "Unsupported", tensor: "deep" });
+    await expect(write([ones(65)], "npy")).rejects.toMatchObject({ code: "Unsupported", tensor: "deep" });
+    const sink = new MemorySink();
+    await writeNpz({ metadata: null, tensors: [ones(64)] }, sink);
+    expect((await readNpz(sink.bytes())).tensors[0]!.shape).toHaveLength(64);
+  });
 
   it("writes an empty U8 [0, 2^31, 2^31], which numpy can make", async () => {
     const sink = new MemorySink();
