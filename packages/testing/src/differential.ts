@@ -493,23 +493,41 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
     matches: (c) => referenceAccepts(c) && refusesWith(c, "InvalidHeader") && /\\N\{/.test(Buffer.from(c.bytes).toString("latin1")),
   },
   {
+    id: "npy-big-endian-void",
+    formats: ["npy", "npz"],
+    summary: "a void descr of more than one byte marked big-endian ('>V2'): we refuse (UnsupportedDtype); numpy drops the byte order and keeps the raw bytes",
+    reason:
+      "ml_dtypes writes a big-endian bfloat16 as '>V2' and means the byte order; numpy ignores it: either reading gives one of them a wrong tensor (save such an array little-endian first)",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "UnsupportedDtype") && /marked big-endian/.test(ourMessage(c)),
+  },
+  {
+    id: "npy-subarray-descr",
+    formats: ["npy"],
+    summary:
+      "a subarray descr ('6i4', ('<f4', (2,))) whose data holds only shape × base elements: np.load of a file on disk reads it as the base type (numpy.fromfile); we refuse (UnsupportedDtype)",
+    reason: "numpy itself gives such a file two verdicts: from a stream or an npz member it refuses it, from a file it reads the base elements; np.save never writes one",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "UnsupportedDtype") && /subarray/.test(ourMessage(c)),
+  },
+  {
     id: "flax-stricter-arrays",
     formats: ["flax"],
     summary:
-      "ndarray payloads flax reads loosely (negative or -1 dimensions numpy infers, array bytes as a msgpack str, dtype spellings other than dtype.name, chunks of mixed dtypes or of more than one dimension): we refuse (InvalidArray, UnknownDtype, InvalidChunkedArray)",
+      "ndarray payloads flax reads loosely (negative or -1 dimensions numpy infers, a shape that is a bare int, nil or a string rather than a list, array bytes as a msgpack str, dtype spellings other than dtype.name, chunks of mixed dtypes or of more than one dimension): we refuse (InvalidArray, UnknownDtype, InvalidChunkedArray)",
     reason:
       "a file with one meaning names each array's dtype and shape exactly as flax writes them; an inferred dimension or a reinterpreted string is a second meaning",
     matches: (c) =>
       referenceAccepts(c) &&
       (refusesWith(c, "InvalidChunkedArray") ||
-        (refusesWith(c, "InvalidArray") && /not a msgpack bin|negative/.test(ourMessage(c))) ||
+        (refusesWith(c, "InvalidArray") && /not a msgpack bin|negative|not a list of dimensions/.test(ourMessage(c))) ||
         (refusesWith(c, "UnknownDtype") && referenceDtypes(c).every((d) => d in ITEM_BYTES || /^V\d+$/.test(d)))),
   },
   {
     id: "flax-names-past-limits",
     formats: ["flax"],
-    summary: "names past MAX_NAME_LENGTH, or a key that is not a string on an array's path: we refuse (LimitExceeded, InvalidName)",
-    reason: "a tensor needs a name that survives every format; flax keeps any hashable key",
+    summary:
+      "names past MAX_NAME_LENGTH, a key that is not a string on an array's path, or a numpy-scalar (ext 3) map key anywhere: we refuse (LimitExceeded, InvalidName)",
+    reason:
+      "a tensor needs a name that survives every format; flax keeps any hashable key. A numpy scalar key equals the int, float, str or bytes of its value in Python, so which keys repeat would depend on numpy's equality for every dtype; flax never writes one",
     matches: (c) => referenceAccepts(c) && (refusesWith(c, "LimitExceeded") || (refusesWith(c, "InvalidName") && /key/.test(ourMessage(c)))),
   },
   {
@@ -579,52 +597,6 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
  * an entry when its fix lands (the predicate then never matches, and a regression fails the run).
  */
 export const OPEN_DISAGREEMENTS: readonly KnownDifference[] = [
-  {
-    id: "open:npy-rank-past-64",
-    formats: ["npy", "npz"],
-    summary: "an npy header with more than 64 dimensions: we read it; numpy refuses (NPY_MAXDIMS)",
-    reason: "the npy reader checks no rank limit (the flax and torch readers have MAX_RANK = 64)",
-    matches: (c) => referenceRefuses(c, /maximum supported dimension/) && ourShapes(c).some((s) => s.length > 64),
-  },
-  {
-    id: "open:npy-byte-order-on-void",
-    formats: ["npy", "npz"],
-    summary:
-      "a void descr with a byte order ('>V2'): numpy ignores it (void has none) and keeps the raw bytes; we read the declared dtype (V2=BF16) big-endian and swap it",
-    reason: "the descr parser keeps the byte order for voids; np.dtype('>V2') is '|V2'",
-    matches: (c) => c.comparison.kind === "different" && /^bytes of/.test(c.comparison.what) && referenceDtypes(c).some((d) => /^V\d+$/.test(d)),
-  },
-  {
-    id: "open:npy-subarray-descr-from-a-file",
-    formats: ["npy"],
-    summary:
-      "a subarray descr ('6i4', ('<f4', (2,))) whose data holds only shape × base elements: np.load of a file reads it as the base type (numpy.fromfile reads the whole items there are, then reshapes); we refuse (UnsupportedDtype) saying numpy cannot",
-    reason: "the reader models np.load of a stream (read_array's _read_bytes, 'Failed to read all data'), not of a file (numpy.fromfile)",
-    matches: (c) => referenceAccepts(c) && refusesWith(c, "UnsupportedDtype") && /subarray/.test(ourMessage(c)),
-  },
-  {
-    id: "open:npz-one-name-array-and-bytes",
-    formats: ["npz"],
-    summary:
-      "two members of one name, the first an npy array, the last not: np.load returns the last one's bytes for both; we read the first as a tensor (and skip the other)",
-    reason: "the duplicate check covers array members only; a skipped member's name is not compared",
-    matches: (c) => c.comparison.kind === "different" && hasDuplicateNames(c.reference),
-  },
-  {
-    id: "open:flax-ext-map-keys",
-    formats: ["flax"],
-    summary:
-      "a map key that is an ext value (a timestamp, a complex, a numpy scalar, an unknown ext type): msgpack_restore accepts it (a hashable key); we refuse the file (FormatError, 'a ext value cannot be a key')",
-    reason: "the reader treats every ext key as invalid msgpack; msgpack-python refuses only unhashable keys (ext 1 ndarrays, maps, lists)",
-    matches: (c) => referenceAccepts(c) && refusesWith(c, "FormatError") && /ext value cannot be a key/.test(ourMessage(c)),
-  },
-  {
-    id: "open:flax-shape-not-a-list",
-    formats: ["flax"],
-    summary: "an ndarray whose shape is a bare int (2) or nil: flax reshapes to it (reshape(2), reshape(None)); we refuse (InvalidArray)",
-    reason: "not in the flax README's list of deliberate strictness; decide and document, or read it",
-    matches: (c) => referenceAccepts(c) && refusesWith(c, "InvalidArray") && /not an array of integers/.test(ourMessage(c)),
-  },
   {
     id: "open:torch-records-outside-the-root-folder",
     formats: ["torch"],
@@ -1115,8 +1087,8 @@ const nonZeroProduct = (shape: readonly number[]): bigint => shape.reduce((p, d)
 export const OPEN_WRITER_FAILURES: readonly OpenWriterFailure[] = [
   {
     id: "open:writers-rank-past-64",
-    formats: ["npy", "npz", "flax", "torch"],
-    summary: "a tensor of more than 64 dimensions is written; numpy and flax refuse the file (NPY_MAXDIMS), and our own flax and torch readers too (MAX_RANK)",
+    formats: ["torch"],
+    summary: "a tensor of more than 64 dimensions is written by the torch writer; our own torch reader refuses it (MAX_RANK)",
     matches: (set) => set.tensors.some((t) => t.shape.length > 64),
   },
   {
