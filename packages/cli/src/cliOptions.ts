@@ -31,7 +31,7 @@ export const GLOBAL_OPTIONS: OptionTable = {
   version: { type: "boolean", short: "V", description: "show the version" },
 };
 
-/** Options that choose and reshape the tensors read (convert, batch, info). */
+/** Options about the inputs (convert, batch, info): how they are read, and which tensors are kept and how reshaped. */
 export const SELECTION_OPTIONS: OptionTable = {
   from: { type: "string", valueName: "FORMAT", description: "read inputs as FORMAT, whatever their names" },
   filter: { type: "string", multiple: true, valueName: "REGEX", description: "keep only tensors whose name matches (repeatable: any of them)" },
@@ -44,6 +44,10 @@ export const SELECTION_OPTIONS: OptionTable = {
     description: "cast dtypes as torch's .to() does: F32=BF16, BF16 (every float), NAME_REGEX:FROM=TO (repeatable; the last that applies decides)",
   },
   "no-record": { type: "boolean", description: "do not record the casts in the metadata (st_convert.cast)" },
+  "allow-download": {
+    type: "boolean",
+    description: "a URL whose server ignores ranges: download it whole (to a scratch file in TMPDIR) and read it from there; otherwise refused",
+  },
 };
 
 /** Options of the commands that write. */

@@ -17,7 +17,7 @@ import {
 } from "@st-convert/core";
 import { createFileSink, createScratchFile, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
-import { isRemoteInput, openRemoteInput, remoteSibling } from "./remoteInput.js";
+import { type RemoteInputOptions, isRemoteInput, openRemoteInput, remoteSibling } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { plural } from "./text.js";
 import { type TransformOptions, compileTransforms, selects, transformTensors } from "./transforms.js";
@@ -60,6 +60,8 @@ export interface ConvertOptions extends TransformOptions {
   onProgress?: (done: number, total: number) => void;
   /** The formats to choose from. Default: all that st-convert ships. */
   formats?: readonly TensorFormat[];
+  /** How a URL input is opened: a whole download for a server without ranges (`allowDownload`), the traffic counted (`onFetched`). */
+  remote?: RemoteInputOptions;
 }
 
 /** What {@link convert} did. */
@@ -156,7 +158,7 @@ export async function convert(input: string | ByteSource, output: string | ByteS
         bytes: observed.done(),
       };
     },
-    options.signal,
+    { ...options.remote, signal: options.signal },
   );
 }
 
@@ -228,6 +230,8 @@ export interface InspectOptions extends TransformOptions {
   formatOptions?: FormatOptionValues;
   onWarning?: WarningListener;
   formats?: readonly TensorFormat[];
+  /** How a URL input is opened, as for {@link convert}. */
+  remote?: RemoteInputOptions;
 }
 
 /** What a file holds, as `st-convert info --json` prints it. */
@@ -252,7 +256,7 @@ export async function inspect(input: string | ByteSource, options: InspectOption
       metadata: tensors.selected.metadata,
       tensors: tensors.selected.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], byteLength: t.byteLength })),
     };
-  });
+  }, options.remote);
 }
 
 type Closeable = ByteSource & { close(): Promise<void> };
@@ -265,7 +269,7 @@ type Closeable = ByteSource & { close(): Promise<void> };
 async function withSource<T>(
   input: string | ByteSource,
   use: (source: ByteSource, openSibling: (name: string) => Promise<ByteSource>) => Promise<T>,
-  signal?: AbortSignal,
+  remote: RemoteInputOptions = {},
 ): Promise<T> {
   const name = nameOf(input, "<input>");
   const opened: Closeable[] = [];
@@ -273,7 +277,7 @@ async function withSource<T>(
     if (typeof input !== "string") {
       throw new StConvertError("InvalidArgument", `cannot open ${JSON.stringify(sibling)} beside an input that is not a file`, { file: name });
     }
-    const file = isRemoteInput(input) ? await openRemoteInput(remoteSibling(input, sibling), { signal }) : await openFileSource(join(dirname(input), sibling));
+    const file = isRemoteInput(input) ? await openRemoteInput(remoteSibling(input, sibling), remote) : await openFileSource(join(dirname(input), sibling));
     opened.push(file);
     return file;
   };
@@ -281,7 +285,7 @@ async function withSource<T>(
     let source: ByteSource;
     if (typeof input === "string") {
       // A signal (Ctrl-C) ends a request in flight at once, not after the server's answer.
-      const file = isRemoteInput(input) ? await openRemoteInput(input, { signal }) : await openFileSource(input);
+      const file = isRemoteInput(input) ? await openRemoteInput(input, remote) : await openFileSource(input);
       opened.push(file);
       source = file;
     } else {

@@ -23,6 +23,7 @@ export {
   describeError,
   planBatch,
 } from "./convertMany.js";
+export type { RemoteInputOptions } from "./remoteInput.js";
 export { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
 export { type CliIo, EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main } from "./main.js";
 export { type ProgressLine, createProgressLine, formatSize, renderProgress } from "./progress.js";

@@ -1,15 +1,21 @@
 /**
- * A one-line progress bar on a terminal: bytes, rate and ETA, redrawn in place. It stays silent
- * for short conversions (nothing is drawn during the first half second) and is only used when
- * stderr is a TTY that can redraw (not `TERM=dumb`); piped output gets nothing. The line never
- * reaches the terminal's last column, so it never wraps: on a narrow terminal it drops the bar,
- * then the rate and ETA, then shortens what is left.
+ * A one-line progress bar on a terminal: bytes, rate and ETA, and for remote inputs the bytes
+ * fetched over the network, redrawn in place. It stays silent for short conversions (nothing is
+ * drawn during the first half second) and is only used when stderr is a TTY that can redraw (not
+ * `TERM=dumb`); piped output gets nothing. The line never reaches the terminal's last column, so
+ * it never wraps: on a narrow terminal it drops the bar, then the rate and ETA, then the sizes,
+ * then shortens what is left.
  */
 
 /** How a progress line is drawn and cleared. */
 export interface ProgressLine {
   /** Redraws the line: `label`, `done` of `total` bytes (`total` unknown: no percentage, no ETA). */
   update(label: string, done: number, total: number | undefined): void;
+  /**
+   * The bytes fetched over the network so far (every remote input together), shown after the
+   * figures as `12.3 MiB fetched` from the next draw on; redraws a line already drawn.
+   */
+  fetched(bytes: number): void;
   /** Removes the line (before printing anything else). */
   clear(): void;
 }
@@ -22,15 +28,28 @@ const REDRAW_MS = 100;
 /** A progress line writing to `write` (stderr) on a terminal `columns` wide; `now` is injectable for tests. */
 export function createProgressLine(write: (text: string) => void, columns = 80, now: () => number = Date.now): ProgressLine {
   const started = now();
+  /** When the measure shown began: another total is another measure (a download, then the conversion), with its own rate. */
+  let since = started;
   let lastDraw = 0;
   let drawn = false;
+  let shown: { label: string; done: number; total: number | undefined } | undefined;
+  let fetched: number | undefined;
+  const draw = (final: boolean) => {
+    const t = now();
+    if (shown === undefined || t - started < QUIET_START_MS || (t - lastDraw < REDRAW_MS && !final)) return;
+    lastDraw = t;
+    drawn = true;
+    write(`\r${renderProgress(shown.label, shown.done, shown.total, (t - since) / 1000, columns, fetched)}\x1b[K`);
+  };
   return {
     update(label, done, total) {
-      const t = now();
-      if (t - started < QUIET_START_MS || (t - lastDraw < REDRAW_MS && (total === undefined || done < total))) return;
-      lastDraw = t;
-      drawn = true;
-      write(`\r${renderProgress(label, done, total, (t - started) / 1000, columns)}\x1b[K`);
+      if (shown !== undefined && total !== shown.total) since = now();
+      shown = { label, done, total };
+      draw(total !== undefined && done >= total);
+    },
+    fetched(bytes) {
+      fetched = bytes;
+      if (drawn) draw(false);
     },
     clear() {
       if (drawn) write("\r\x1b[K");
@@ -47,19 +66,20 @@ const LABEL_MIN = 4;
 
 /**
  * The text of one progress line, shorter than `columns` (the last column is never written: many
- * terminals wrap as soon as it is filled). Richest layout that fits: bar, figures and label; then
- * figures and label; then the figures; then the percentage (or bytes) alone, cut to fit.
+ * terminals wrap as soon as it is filled). `fetched`, when given, is the network traffic of
+ * remote inputs (`, 12.3 MiB fetched`). Richest layout that fits: bar, figures and label; then
+ * figures and label; then the figures; then without rate and ETA; then the percentage (or bytes)
+ * with the bytes fetched; then the percentage (or bytes) alone, cut to fit.
  */
-export function renderProgress(label: string, done: number, total: number | undefined, seconds: number, columns = 80): string {
+export function renderProgress(label: string, done: number, total: number | undefined, seconds: number, columns = 80, fetched?: number): string {
   const width = Math.max(1, columns - 1);
   const rate = seconds > 0 ? done / seconds : 0;
   const fraction = total === undefined ? undefined : total > 0 ? Math.min(done / total, 1) : 1;
   const percent = fraction === undefined ? "" : `${(fraction * 100).toFixed(0).padStart(3)}% `;
   const eta = total !== undefined && rate > 0 && total > done ? (total - done) / rate : 0;
-  const stats =
-    total === undefined
-      ? `${formatSize(done)} ${formatSize(rate)}/s`
-      : `${percent}${formatSize(done)}/${formatSize(total)} ${formatSize(rate)}/s ETA ${formatDuration(eta)}`;
+  const network = fetched === undefined ? "" : `, ${formatSize(fetched)} fetched`;
+  const sizes = total === undefined ? formatSize(done) : `${percent}${formatSize(done)}/${formatSize(total)}`;
+  const stats = `${sizes} ${formatSize(rate)}/s${total === undefined ? "" : ` ETA ${formatDuration(eta)}`}${network}`;
   const withLabel = (head: string): string => {
     const room = width - head.length - 1;
     if (room < LABEL_MIN || label === "") return head;
@@ -70,8 +90,8 @@ export function renderProgress(label: string, done: number, total: number | unde
     const filled = Math.round(fraction * barWidth);
     return withLabel(`[${"=".repeat(filled)}${" ".repeat(barWidth - filled)}] ${stats}`);
   }
-  if (stats.length <= width) return withLabel(stats);
   const brief = fraction === undefined ? formatSize(done) : percent.trim();
+  for (const layout of [stats, `${sizes}${network}`, `${brief}${network}`]) if (layout.length <= width) return withLabel(layout);
   return brief.slice(0, width);
 }
 

@@ -2,9 +2,12 @@
  * Inputs named by URL: `http(s)://…` and the Hub's short form `hf://ORG/REPO[@REV]/PATH`, opened
  * as HTTP range sources (core's `openHttpSource`), with siblings (an index's shards) resolved
  * beside them. `HF_TOKEN` goes to the Hub endpoint's origin only (`HF_ENDPOINT`, default
- * https://huggingface.co), never across a redirect to another origin (the Hub's CDN).
+ * https://huggingface.co), never across a redirect to another origin (the Hub's CDN). A server
+ * that ignores ranges is refused unless a download is allowed: then its one whole-file answer is
+ * spooled to a scratch file (stdio.ts's spool, as for a stdin pipe) and read from there.
  */
 import { type HttpSource, type HttpSourceOptions, StConvertError, openHttpSource } from "@st-convert/core";
+import { spoolToScratchFile } from "./stdio.js";
 
 /** The Hub, unless `HF_ENDPOINT` names another (a mirror, a local test server). */
 export const DEFAULT_HF_ENDPOINT = "https://huggingface.co";
@@ -143,19 +146,61 @@ export function remoteSibling(input: string, sibling: string): string {
   return new URL(parts.map(encodeURIComponent).join("/"), input).href;
 }
 
-/** Options of {@link openRemoteInput}: the source's own, and the environment to read. */
+/** Options of {@link openRemoteInput}: the source's own, the environment to read, and what to do without ranges. */
 export interface RemoteInputOptions extends Pick<HttpSourceOptions, "onProgress" | "signal" | "fetch" | "readAhead" | "retryDelayMs"> {
   /** Where `HF_ENDPOINT` and `HF_TOKEN` are read. Default `process.env`. */
   env?: RemoteEnv;
+  /**
+   * When the server ignores ranges (answers with the whole file), read that one answer in order
+   * into a scratch file and convert from it (the command line's `--allow-download`): disk the size
+   * of the file, memory bounded. Default false: such a server is refused (`RangeNotSupported`),
+   * since reading any part of the file then means downloading all of it.
+   */
+  allowDownload?: boolean;
+  /** Folder of a download's scratch file. Default: the system's temporary folder (TMPDIR). */
+  scratchDir?: string;
+  /**
+   * Called as bytes arrive over the network, with how many came (retried ones included) and the
+   * input they are for: the sum over every call is the traffic of every remote input opened with
+   * these options (an index and its shards).
+   */
+  onFetched?: (bytes: number, input: string) => void;
+  /** Called while a whole file is downloaded (`allowDownload`): bytes in the scratch file so far, the size when the server told it. */
+  onDownload?: (done: number, size: number | undefined, input: string) => void;
 }
 
+/** Where the refusal of a server without ranges points to. */
+const DOWNLOAD_HINT = "pass --allow-download (or { remote: { allowDownload: true } }) to download it whole to a scratch file and read it from there";
+
 /**
- * Opens a remote input (`http(s)://` or `hf://`) for range reads; its name in messages is the
- * input as written. Close it when done.
- * @throws StConvertError as `openHttpSource` does, and `InvalidOption` for a malformed input.
+ * Opens a remote input (`http(s)://` or `hf://`) for range reads, or, with `allowDownload` and a
+ * server that ignores ranges, downloaded into a scratch file that `close()` removes; its name in
+ * messages is the input as written. Close it when done.
+ * @throws StConvertError as `openHttpSource` does (`RangeNotSupported` naming --allow-download),
+ *   `InvalidOption` for a malformed input, `Io` when the scratch file cannot be written.
  */
 export async function openRemoteInput(input: string, options: RemoteInputOptions = {}): Promise<HttpSource> {
-  const { env = process.env, ...sourceOptions } = options;
+  const { env = process.env, allowDownload = false, scratchDir, onFetched, onDownload, onProgress, ...sourceOptions } = options;
   const location = locateRemoteInput(input, env);
-  return openHttpSource(location.url, { ...sourceOptions, name: input, headers: location.headers, authHint: location.authHint });
+  let counted = 0;
+  return openHttpSource(location.url, {
+    ...sourceOptions,
+    name: input,
+    headers: location.headers,
+    authHint: location.authHint,
+    onProgress: (fetched, size) => {
+      onFetched?.(fetched - counted, input);
+      counted = fetched;
+      onProgress?.(fetched, size);
+    },
+    ...(allowDownload
+      ? {
+          spool: (body, size) =>
+            spoolToScratchFile(body, input, {
+              ...(scratchDir === undefined ? {} : { dir: scratchDir }),
+              onSpooled: (done) => onDownload?.(done, size, input),
+            }),
+        }
+      : { wholeFileHint: DOWNLOAD_HINT }),
+  });
 }

@@ -36,6 +36,8 @@ interface ReportBase {
   ok: boolean;
   warnings: Warning[];
   error?: ReportError;
+  /** Bytes fetched over the network for remote inputs (URLs, `hf://`; an index with its shards), retried ones included; absent when no input was remote. */
+  fetched?: number;
 }
 
 /** `st-convert IN OUT --json`. */

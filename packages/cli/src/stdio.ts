@@ -2,7 +2,8 @@
  * `-` as a file name: stdin as an input (stdout as an output is core's descriptor sink). Readers
  * need random access and the size up front, so stdin is read where it lies when it is a regular
  * file (`< model.npz`) and otherwise (a pipe) spooled to a scratch file first: disk the size of
- * the input, memory bounded.
+ * the input, memory bounded. The same spool takes the whole-file download of a URL whose server
+ * ignores ranges (remoteInput.ts).
  */
 import { fstatSync } from "node:fs";
 import { type ByteSource, StConvertError, isStConvertError } from "@st-convert/core";
@@ -15,7 +16,7 @@ export const STDOUT_NAME = "<stdout>";
 /** A source the caller closes. */
 export type ClosableSource = ByteSource & { close(): Promise<void> };
 
-/** Bytes gathered before one scratch-file write while spooling a pipe (stdin yields 64 KiB pieces). */
+/** Bytes gathered before one scratch-file write while spooling (stdin yields 64 KiB pieces, fetch about 16 KiB). */
 const SPOOL_BATCH_BYTES = 1024 * 1024;
 
 /**
@@ -34,10 +35,36 @@ export async function openStdinSource(stdin: NodeJS.ReadableStream & { isTTY?: b
     const file = await openFileSource("/dev/stdin");
     return { ...file, name: STDIN_NAME };
   }
-  const scratch = await createScratchFile();
+  try {
+    return await spoolToScratchFile(stdin as AsyncIterable<Uint8Array | string>, STDIN_NAME);
+  } catch (error) {
+    if (isStConvertError(error)) throw error;
+    throw new StConvertError("Io", `reading stdin failed: ${(error as Error).message}`, { file: STDIN_NAME, cause: error });
+  }
+}
+
+/** Options of {@link spoolToScratchFile}. */
+export interface SpoolOptions {
+  /** Folder of the scratch file. Default: the system's temporary folder (TMPDIR). */
+  dir?: string;
+  /** Called after each write to the scratch file with the bytes spooled so far. */
+  onSpooled?: (bytes: number) => void;
+}
+
+/**
+ * Copies `chunks` in order into a scratch file (in writes of about a megabyte: memory stays
+ * bounded whatever the size) and returns a source over it, named `name`, whose `close()` removes
+ * it. The file is unlinked as soon as it is made (see `createScratchFile`), so it is gone on
+ * every path, a kill included; a failure while spooling disposes of it at once and passes the
+ * error on.
+ * @throws what `chunks` throws, and StConvertError `Io` when the scratch file cannot be made or written.
+ */
+export async function spoolToScratchFile(chunks: AsyncIterable<Uint8Array | string>, name: string, options: SpoolOptions = {}): Promise<ClosableSource> {
+  const scratch = await createScratchFile(options.dir === undefined ? {} : { dir: options.dir });
   try {
     let batch: Uint8Array[] = [];
     let batched = 0;
+    let spooled = 0;
     const flush = async () => {
       if (batched === 0) return;
       const joined = new Uint8Array(batched);
@@ -49,9 +76,11 @@ export async function openStdinSource(stdin: NodeJS.ReadableStream & { isTTY?: b
       batch = [];
       batched = 0;
       await scratch.write(joined);
+      spooled += joined.byteLength;
+      options.onSpooled?.(spooled);
     };
-    for await (const chunk of stdin) {
-      const bytes = typeof chunk === "string" ? new TextEncoder().encode(chunk) : (chunk as Uint8Array);
+    for await (const chunk of chunks) {
+      const bytes = typeof chunk === "string" ? new TextEncoder().encode(chunk) : chunk;
       batch.push(bytes);
       batched += bytes.byteLength;
       if (batched >= SPOOL_BATCH_BYTES) await flush();
@@ -59,9 +88,8 @@ export async function openStdinSource(stdin: NodeJS.ReadableStream & { isTTY?: b
     await flush();
   } catch (error) {
     await scratch.dispose();
-    if (isStConvertError(error)) throw error;
-    throw new StConvertError("Io", `reading stdin failed: ${(error as Error).message}`, { file: STDIN_NAME, cause: error });
+    throw error;
   }
   const source = scratch.source();
-  return { ...source, name: STDIN_NAME, close: () => scratch.dispose() };
+  return { ...source, name, close: () => scratch.dispose() };
 }

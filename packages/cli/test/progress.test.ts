@@ -31,6 +31,63 @@ describe("progress line", () => {
     expect(out[1]).toBe("\r\x1b[K");
   });
 
+  it("shows the bytes fetched after the figures, and keeps them on narrower terminals before anything else", () => {
+    const fetched = 12.3 * 2 ** 20;
+    const wide = renderProgress("https://host/model.safetensors", 512 * 1024 * 1024, 1024 * 1024 * 1024, 2, 140, fetched);
+    expect(wide).toMatch(/^\[=+ +\] {2}50% 512\.0 MiB\/1\.0 GiB 256\.0 MiB\/s ETA 2s, 12\.3 MiB fetched https:\/\/host\/model\.safetensors$/);
+    const normal = renderProgress("https://host/model.safetensors", 512 * 1024 * 1024, 1024 * 1024 * 1024, 2, 80, fetched);
+    expect(normal).toBe(" 50% 512.0 MiB/1.0 GiB 256.0 MiB/s ETA 2s, 12.3 MiB fetched …/model.safetensors");
+    // Rate and ETA go first, then the sizes; the bytes fetched stay as long as they fit.
+    expect(renderProgress("f", 512 * 1024 * 1024, 1024 * 1024 * 1024, 2, 45, fetched)).toBe(" 50% 512.0 MiB/1.0 GiB, 12.3 MiB fetched");
+    expect(renderProgress("f", 512 * 1024 * 1024, 1024 * 1024 * 1024, 2, 30, fetched)).toBe("50%, 12.3 MiB fetched f");
+    expect(renderProgress("f", 5 * 1024 * 1024, undefined, 1, 30, fetched)).toBe("5.0 MiB, 12.3 MiB fetched");
+    expect(renderProgress("f", 512 * 1024 * 1024, 1024 * 1024 * 1024, 2, 12, fetched)).toBe("50%");
+    // Never the last column, whatever the width: the line must not wrap.
+    for (let columns = 1; columns <= 160; columns++) {
+      for (const total of [1024 * 1024 * 1024, undefined]) {
+        const line = renderProgress("x".repeat(90), 3 * 1024 ** 3, total, 3, columns, 999.9 * 1024 ** 3);
+        expect(line.length, `${columns} columns`).toBeLessThanOrEqual(Math.max(1, columns - 1));
+      }
+    }
+  });
+
+  it("draws the bytes fetched from the next draw on, and redraws a drawn line when they change", () => {
+    let now = 0;
+    const out: string[] = [];
+    const line = createProgressLine(
+      (t) => out.push(t),
+      100,
+      () => now,
+    );
+    line.fetched(1024);
+    expect(out).toEqual([]); // nothing is drawn before there is a line to show
+    now = 600;
+    line.update("u", 10, 100);
+    expect(out.at(-1)).toContain(", 1.0 KiB fetched u");
+    now = 800;
+    line.fetched(2048);
+    expect(out).toHaveLength(2);
+    expect(out.at(-1)).toContain(", 2.0 KiB fetched u");
+  });
+
+  it("measures the rate afresh when the total changes (a download, then the conversion)", () => {
+    let now = 0;
+    const out: string[] = [];
+    const line = createProgressLine(
+      (t) => out.push(t),
+      100,
+      () => now,
+    );
+    now = 10_000;
+    line.update("downloading u", 10 * 2 ** 20, 10 * 2 ** 20);
+    expect(out.at(-1)).toContain("1.0 MiB/s");
+    now = 12_000;
+    line.update("u", 0, 8 * 2 ** 20);
+    now = 14_000;
+    line.update("u", 4 * 2 ** 20, 8 * 2 ** 20);
+    expect(out.at(-1)).toContain(" 50% 4.0 MiB/8.0 MiB 2.0 MiB/s ETA 2s u");
+  });
+
   it("formats sizes with binary units", () => {
     expect([formatSize(0), formatSize(1023), formatSize(1536), formatSize(3 * 2 ** 30)]).toEqual(["0 B", "1023 B", "1.5 KiB", "3.0 GiB"]);
   });

@@ -5,10 +5,11 @@
  * origin, and the one-line refusals.
  */
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HTTP_READ_AHEAD, serializeSafetensors, tensorFromBytes } from "@st-convert/core";
+import { formatSize, main } from "st-convert";
 import {
   CLI_PATH,
   type CliRun,
@@ -79,12 +80,16 @@ describe("remote inputs: names", () => {
   });
 });
 
-/** Runs the command without blocking this process, whose servers must answer it. */
-function runCliAsync(args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
+/**
+ * Runs the command without blocking this process, whose servers must answer it. `started` gets
+ * the child as soon as it runs (to signal it).
+ */
+function runCliAsync(args: readonly string[], env: Record<string, string> = {}, started?: (child: ReturnType<typeof spawn>) => void): Promise<CliRun> {
   const childEnv: Record<string, string | undefined> = { ...process.env, NO_COLOR: "1", ...env };
   for (const name of ["HF_TOKEN", "HF_ENDPOINT"]) if (!(name in env)) delete childEnv[name];
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI_PATH, ...args], { env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
+    started?.(child);
     let stdout = "";
     let stderr = "";
     child.stdout.setEncoding("utf8").on("data", (text: string) => (stdout += text));
@@ -153,11 +158,12 @@ describe("the command over HTTP", () => {
     const run = await runCliAsync(["info", s.url("/big/model.safetensors"), "--json"]);
     expect(run.stderr).toBe("");
     expect(run.status).toBe(0);
-    const report = JSON.parse(run.stdout) as { totals: { tensors: number; bytes: number } };
+    const report = JSON.parse(run.stdout) as { totals: { tensors: number; bytes: number }; fetched: number };
     expect(report.totals).toMatchObject({ tensors: 8192, bytes: size - head.byteLength });
     const served = s.bytesServed("/big/model.safetensors");
     expect(served).toBeGreaterThanOrEqual(head.byteLength);
     expect(served).toBeLessThanOrEqual(head.byteLength + HTTP_READ_AHEAD);
+    expect(report.fetched).toBe(served);
 
     // A header smaller than the window: one request, one window.
     const small = bigHead(64, 4 * 1024 * 1024);
@@ -331,5 +337,159 @@ describe("the command over HTTP", () => {
     } finally {
       await changing.close();
     }
+  });
+});
+
+describe("a server that ignores ranges", () => {
+  let temp: ReturnType<typeof makeTempDir>;
+  let checkpoint: Uint8Array;
+  const servers: RangeServer[] = [];
+  const local = (name: string) => join(temp.dir, name);
+  /** A server without ranges holding the checkpoint at /model.safetensors. */
+  async function plainServer(options: Parameters<typeof startRangeServer>[0] = {}): Promise<RangeServer> {
+    const started = await startRangeServer({ ignoreRange: true, ...options });
+    started.files.set("/model.safetensors", servedBytes(checkpoint, { etag: '"v1"' }));
+    servers.push(started);
+    return started;
+  }
+  /** A fresh, empty TMPDIR for one run: the scratch file's folder, checked empty afterwards. */
+  function scratchDir(name: string): string {
+    const dir = local(`tmp-${name}`);
+    mkdirSync(dir);
+    return dir;
+  }
+
+  beforeAll(async () => {
+    temp = makeTempDir("st-convert-no-range-");
+    const tensors = [
+      tensorFromBytes({ name: "big", dtype: "F32", shape: [500, 1000] }, pseudoRandomBytes(3, 2_000_000)),
+      ...Array.from({ length: 40 }, (_, i) => tensorFromBytes({ name: `small.${i}`, dtype: "BF16", shape: [51] }, pseudoRandomBytes(40 + i, 102))),
+    ];
+    checkpoint = await serializeSafetensors({ metadata: { format: "pt" }, tensors });
+    writeFileSync(local("model.safetensors"), checkpoint);
+    const reference = await runCliAsync([local("model.safetensors"), local("reference.npz"), "--quiet"]);
+    expect(reference.status, reference.stderr).toBe(0);
+  });
+
+  afterAll(async () => {
+    await Promise.all(servers.map((s) => s.close()));
+    temp?.cleanup();
+  });
+
+  it("is refused without --allow-download, in one line that names it, writing nothing", async () => {
+    const s = await plainServer();
+    const out = local("refused.npz");
+    const run = await runCliAsync([s.url("/model.safetensors"), out]);
+    expect(run.status).toBe(1);
+    expect(run.stderr).toBe(`${run.stderr.split("\n")[0]}\n`);
+    expect(run.stderr).toContain(`st-convert: ${s.url("/model.safetensors")}: the server does not serve byte ranges`);
+    expect(run.stderr).toContain("pass --allow-download");
+    expect(run.stderr).toContain("[RangeNotSupported]");
+    expect(existsSync(out)).toBe(false);
+    expect(s.log).toHaveLength(1);
+  });
+
+  it("with --allow-download, converts from its one whole answer byte for byte as the local file, leaving no scratch file", async () => {
+    const s = await plainServer({ chunkSize: 16 * 1024 });
+    const tmp = scratchDir("ok");
+    const out = local("downloaded.npz");
+    const run = await runCliAsync([s.url("/model.safetensors"), out, "--allow-download", "--json"], { TMPDIR: tmp });
+    expect(run.stderr).toBe("");
+    expect(run.status).toBe(0);
+    expect(readFileSync(out).equals(readFileSync(local("reference.npz")))).toBe(true);
+    expect(s.log).toHaveLength(1);
+    expect(s.bytesServed()).toBe(checkpoint.byteLength);
+    expect((JSON.parse(run.stdout) as { fetched: number }).fetched).toBe(s.bytesServed());
+    expect(readdirSync(tmp)).toEqual([]);
+
+    s.reset();
+    const info = await runCliAsync(["info", s.url("/model.safetensors"), "--allow-download", "--json"], { TMPDIR: tmp });
+    expect(info.status, info.stderr).toBe(0);
+    expect(JSON.parse(info.stdout)).toMatchObject({ ok: true, totals: { tensors: 41 }, fetched: checkpoint.byteLength });
+    expect(readdirSync(tmp)).toEqual([]);
+  });
+
+  it("gives up on a download that breaks off every time (HttpError), leaving no output and no scratch file", async () => {
+    const s = await plainServer({ cut: { after: 700_000 } });
+    const tmp = scratchDir("cut");
+    const out = local("cut.npz");
+    const run = await runCliAsync([s.url("/model.safetensors"), out, "--allow-download"], { TMPDIR: tmp });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain(`st-convert: ${s.url("/model.safetensors")}: `);
+    expect(run.stderr).toContain("gave up after 4 attempts");
+    expect(run.stderr).toContain("[HttpError]");
+    expect(s.log.slice(1).every((r) => r.headers.range === "bytes=700000-" && r.headers["if-range"] === '"v1"')).toBe(true);
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(tmp)).toEqual([]);
+  });
+
+  it("refuses a file that changes during the download (SourceChanged), leaving no output and no scratch file", async () => {
+    const changed = new Uint8Array(checkpoint);
+    changed[changed.byteLength - 1]! ^= 0xff;
+    let requests = 0;
+    const s = await plainServer({
+      cut: { after: 1_000_000, times: 1 },
+      handle(_request, _response, self) {
+        // The new version appears after the first answer broke off.
+        if (++requests === 2) self.files.set("/model.safetensors", servedBytes(changed, { etag: '"v2"' }));
+        return false;
+      },
+    });
+    const tmp = scratchDir("changed");
+    const out = local("changed.npz");
+    const run = await runCliAsync([s.url("/model.safetensors"), out, "--allow-download"], { TMPDIR: tmp });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain('changed on the server while it was downloaded (ETag "v1", now "v2")');
+    expect(run.stderr).toContain("[SourceChanged]");
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(tmp)).toEqual([]);
+  });
+
+  it("stops a download on SIGINT (status 130), leaving no output and no scratch file", async () => {
+    const s = await plainServer({ chunkSize: 8 * 1024, chunkDelayMs: 20 });
+    const tmp = scratchDir("sigint");
+    const out = local("interrupted.npz");
+    const run = await runCliAsync([s.url("/model.safetensors"), out, "--allow-download"], { TMPDIR: tmp }, (child) => {
+      // Interrupted once the body is flowing: the server has sent a few chunks.
+      const poll = setInterval(() => {
+        if (s.bytesServed() < 64 * 1024) return;
+        clearInterval(poll);
+        child.kill("SIGINT");
+      }, 10);
+      child.on("close", () => clearInterval(poll));
+    });
+    expect(run.status, run.stderr).toBe(130);
+    expect(s.bytesServed()).toBeLessThan(checkpoint.byteLength);
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(tmp)).toEqual([]);
+  });
+
+  it("shows the bytes fetched on the progress line, as many as the server sent", async () => {
+    // Progress is drawn on a terminal after half a second: main() is told stderr is one, and a
+    // server that waits before each chunk makes the conversion last longer than that.
+    const s = await startRangeServer({ chunkSize: 32 * 1024, chunkDelayMs: 10 });
+    servers.push(s);
+    s.files.set("/model.safetensors", servedBytes(checkpoint));
+    let stderr = "";
+    const status = await main([s.url("/model.safetensors"), local("progress.npz")], {
+      stdout: () => {},
+      stderr: (text) => {
+        stderr += text;
+      },
+      stderrIsTTY: true,
+      columns: 100,
+      term: "xterm",
+    });
+    expect(status, stderr).toBe(0);
+    const lines = stderr
+      .split("\r")
+      .map((l) => l.replace("\x1b[K", ""))
+      .filter((l) => l !== "" && !l.startsWith("st-convert:"));
+    expect(lines.length).toBeGreaterThan(0);
+    for (const line of lines) expect(line.length).toBeLessThan(100);
+    const last = lines.at(-1)!;
+    expect(last).toContain("100%");
+    expect(last).toContain(`, ${formatSize(s.bytesServed())} fetched`);
+    expect(readFileSync(local("progress.npz")).equals(readFileSync(local("reference.npz")))).toBe(true);
   });
 });

@@ -7,7 +7,8 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { afterAll, describe, expect, it } from "vitest";
-import { CLI_PATH, fixturePath, makeTempDir, runCli, safetensorsFile } from "@st-convert/testing";
+import { CLI_PATH, fixturePath, makeTempDir, runCli, safetensorsFile, servedBytes, startRangeServer } from "@st-convert/testing";
+import { main } from "st-convert";
 
 const schema = JSON.parse(readFileSync(new URL("../report.schema.json", import.meta.url), "utf8")) as object;
 const validate = new Ajv2020({ allErrors: true, strict: true, strictRequired: false }).compile(schema);
@@ -86,8 +87,34 @@ describe("the --json report", () => {
     expect(reportOf(run.stderr.toString())).toMatchObject({ ok: true, output: { file: "<stdout>", format: "safetensors" } });
   });
 
+  it("counts the bytes fetched for a URL input (fetched), and has no such field for a local one", async () => {
+    // In this process (main(), not a child): the server this test starts must answer while the command runs.
+    const server = await startRangeServer();
+    try {
+      server.files.set("/mixed.safetensors", servedBytes(readFileSync(mixed)));
+      const runs: Record<string, unknown>[] = [];
+      for (const args of [
+        ["info", server.url("/mixed.safetensors")],
+        [server.url("/mixed.safetensors"), join(dir, "from-url.npz")],
+      ]) {
+        server.reset();
+        let stdout = "";
+        const status = await main([...args, "--json"], { stdout: (text) => (stdout += text), stderr: () => {} });
+        expect(status).toBe(0);
+        runs.push(reportOf(stdout));
+        expect(runs.at(-1)!.fetched).toBe(server.bytesServed());
+      }
+      expect(runs.map((r) => r.command)).toEqual(["info", "convert"]);
+      expect(reportOf(runCli(["info", mixed, "--json"]).stdout)).not.toHaveProperty("fetched");
+    } finally {
+      await server.close();
+    }
+  });
+
   it("the schema rejects what is not a report (the validator is not a no-op)", () => {
     expect(validate({ version: 1, command: "convert", ok: false, warnings: [], input: null, output: null, files: [], tensors: 0, bytes: 0 })).toBe(false);
     expect(validate({ version: 2, command: "info", ok: true, warnings: [] })).toBe(false);
+    const info = reportOf(runCli(["info", mixed, "--json"]).stdout);
+    expect(validate({ ...info, fetched: -1 })).toBe(false);
   });
 });

@@ -59,8 +59,23 @@ export interface HttpSourceOptions {
   stallTimeoutMs?: number;
   /** Redirects followed per request. Default {@link MAX_REDIRECTS}. */
   maxRedirects?: number;
-  /** Called as response bytes arrive: all bytes fetched so far (retried ones included) and the file's size. */
+  /**
+   * Called as response bytes arrive: all bytes fetched so far (retried ones included) and the
+   * file's size (during a whole-file answer given to `spool`: its Content-Length, else 0).
+   */
   onProgress?: (bytesFetched: number, size: number) => void;
+  /**
+   * Where the file goes when the server ignores Range (answers the first request with the whole
+   * file, HTTP 200) and the file is larger than the first window: given that one answer's body in
+   * order (and its Content-Length when sent), returns a source over a local copy (a scratch file),
+   * which then serves every read and is closed with the source. A body that breaks off is resumed
+   * with a new request checked against the first answer's version (`SourceChanged` when the file
+   * changed); the bytes come in order, once each. Default: none, and such a server is refused
+   * (`RangeNotSupported`): without ranges, reading a part means downloading the whole.
+   */
+  spool?: (body: AsyncIterable<Uint8Array>, size: number | undefined) => Promise<ByteSource & { close(): Promise<void> }>;
+  /** Text added to the refusal of a server that ignores Range when there is no `spool` (how to allow a whole download). */
+  wholeFileHint?: string;
   /** Stops every request; reads then reject with `Aborted`. */
   signal?: AbortSignal;
   /** The `fetch` to use. Default `globalThis.fetch`. */
@@ -76,7 +91,9 @@ export interface HttpSource extends ByteSource {
   readonly bytesFetched: number;
   /** HTTP requests sent so far, redirect hops and retries included. */
   readonly requests: number;
-  /** Stops the requests in flight (reads waiting for them reject with `Aborted`) and drops the cached windows. */
+  /** True when the server ignored Range and the whole file was read into `spool`'s copy, which serves the reads. */
+  readonly spooled: boolean;
+  /** Stops the requests in flight (reads waiting for them reject with `Aborted`), drops the cached windows and closes a spooled copy. */
   close(): Promise<void>;
 }
 
@@ -89,12 +106,14 @@ export interface HttpSource extends ByteSource {
  * `maxParallel` requests run at once; network errors, stalls, 408, 429 and 5xx answers are retried
  * with exponential backoff. Redirects are followed by hand, so that `headers` never reach another
  * origin. A server that answers 200 (the whole file) to a range request is refused, unless the
- * whole file fits in the first window.
+ * whole file fits in the first window or `spool` takes the whole answer.
  * @throws StConvertError `InvalidArgument` for a URL that is not http(s) or holds credentials;
  *   `HttpError` for an error status, a failed redirect, or a request that failed `maxAttempts`
- *   times; `RangeNotSupported` for a server that ignores Range, answers another range than the
- *   one asked, or encodes the range; `SourceChanged` when the file changed between two requests
- *   (also from later reads); `Aborted` after `close()` or `signal`. Each names the URL.
+ *   times; `RangeNotSupported` for a server that ignores Range (without `spool`), answers another
+ *   range than the one asked, encodes the range or sends more than it announced; `SourceChanged`
+ *   when the file changed between two requests (also from later reads, and when a whole-file
+ *   download is resumed); `Aborted` after `close()` or `signal`; what `spool` throws. Each names
+ *   the URL.
  */
 export async function openHttpSource(url: string | URL, options: HttpSourceOptions = {}): Promise<HttpSource> {
   const source = new HttpFile(String(url), options);
@@ -111,6 +130,12 @@ class Transient extends Error {
   ) {
     super(reason, cause === undefined ? undefined : { cause });
   }
+}
+
+/** The first answer when it is the whole file and `spool` is to take it. */
+interface WholeFile {
+  readonly whole: Response;
+  readonly length: number | undefined;
 }
 
 /** A window of the file, read or being read. */
@@ -152,6 +177,8 @@ class HttpFile implements HttpSource {
   readonly #stallTimeoutMs: number;
   readonly #maxRedirects: number;
   readonly #onProgress: ((bytesFetched: number, size: number) => void) | undefined;
+  readonly #spool: HttpSourceOptions["spool"];
+  readonly #wholeFileHint: string | undefined;
   readonly #signal: AbortSignal | undefined;
   readonly #fetch: typeof globalThis.fetch;
   /** Aborted by `close()` and by the caller's signal: every attempt and every wait listens to it, and nothing else. */
@@ -164,6 +191,9 @@ class HttpFile implements HttpSource {
   #lastModified: string | null = null;
   /** Where the last redirect chain ended: later requests go there directly. */
   #resolved: Hop | undefined;
+  /** The local copy of a file whose server ignores Range: it serves every read. */
+  #local: (ByteSource & { close(): Promise<void> }) | undefined;
+  #spooled = false;
   #windows: Window[] = [];
   #queue: Pending[] = [];
   #active = 0;
@@ -201,6 +231,8 @@ class HttpFile implements HttpSource {
     this.#stallTimeoutMs = positive(options.stallTimeoutMs ?? HTTP_STALL_TIMEOUT_MS, "stallTimeoutMs", this.name);
     this.#maxRedirects = Math.max(0, options.maxRedirects ?? MAX_REDIRECTS);
     this.#onProgress = options.onProgress;
+    this.#spool = options.spool;
+    this.#wholeFileHint = options.wholeFileHint;
     this.#signal = options.signal;
     this.#fetch = fetchFunction;
     if (this.#signal?.aborted === true) this.#stop.abort();
@@ -209,6 +241,10 @@ class HttpFile implements HttpSource {
 
   get size(): number {
     return this.#size;
+  }
+
+  get spooled(): boolean {
+    return this.#spooled;
   }
 
   get bytesFetched(): number {
@@ -222,8 +258,23 @@ class HttpFile implements HttpSource {
   /** The first request: the first window, the size and the version. */
   async open(): Promise<void> {
     try {
-      const first = await this.#withRetries(() => this.#attempt(0, undefined));
-      if (first.byteLength > 0) this.#remember({ start: 0, end: first.byteLength, bytes: Promise.resolve(first) });
+      const first = await this.#withRetries(() =>
+        this.#attempt(`bytes=0-${this.#readAhead - 1}`, false, (response, touch) => this.#acceptFirst(response, touch)),
+      );
+      if (first instanceof Uint8Array) {
+        if (first.byteLength > 0) this.#remember({ start: 0, end: first.byteLength, bytes: Promise.resolve(first) });
+        return;
+      }
+      // Outside the first attempt's retries and stall timer: the body is read, and resumed, by #wholeFileChunks.
+      const local = await this.#spool!(this.#wholeFileChunks(first), first.length);
+      if (this.#closed) {
+        await local.close();
+        throw this.#closedError();
+      }
+      this.#local = local;
+      this.#size = local.size;
+      this.#spooled = true;
+      this.#checkOpen();
     } catch (error) {
       await this.close();
       throw error;
@@ -232,6 +283,7 @@ class HttpFile implements HttpSource {
 
   async read(offset: number, length: number): Promise<Uint8Array> {
     this.#checkOpen();
+    if (this.#local !== undefined) return this.#local.read(offset, length);
     checkRange(this, offset, length);
     if (length === 0) return new Uint8Array(0);
     const end = offset + length;
@@ -256,6 +308,9 @@ class HttpFile implements HttpSource {
     for (const pending of this.#queue.splice(0)) pending.reject(this.#closedError());
     await Promise.allSettled([...this.#inFlight]);
     this.#windows = [];
+    const local = this.#local;
+    this.#local = undefined;
+    await local?.close();
   }
 
   #checkOpen(): void {
@@ -346,7 +401,9 @@ class HttpFile implements HttpSource {
       }
       this.#active++;
       const from = start;
-      const request: Promise<void> = this.#withRetries(() => this.#attempt(from, end))
+      const request: Promise<void> = this.#withRetries(() =>
+        this.#attempt(`bytes=${from}-${end - 1}`, true, (response, touch) => this.#accept(response, from, end, touch)),
+      )
         .then(
           (bytes) => {
             for (const p of group) p.resolve(bytes.subarray(p.start - from, p.end - from));
@@ -364,7 +421,7 @@ class HttpFile implements HttpSource {
     }
   }
 
-  async #withRetries(attempt: () => Promise<Uint8Array>): Promise<Uint8Array> {
+  async #withRetries<T>(attempt: () => Promise<T>): Promise<T> {
     for (let n = 1; ; n++) {
       this.#checkOpen();
       try {
@@ -374,10 +431,15 @@ class HttpFile implements HttpSource {
         if (n >= this.#maxAttempts) {
           throw new StConvertError("HttpError", `${error.reason}; gave up after ${n} attempts (maxAttempts)`, { file: this.name, cause: error.cause ?? error });
         }
-        const backoff = this.#retryDelayMs * 2 ** (n - 1) * (0.5 + Math.random() / 2);
-        await this.#sleep(Math.min(MAX_RETRY_DELAY_MS, Math.max(backoff, error.retryAfterMs ?? 0)));
+        await this.#backOff(n, error);
       }
     }
+  }
+
+  /** The wait after failed attempt `n`: exponential with jitter, longer if the server's Retry-After says so, capped. */
+  #backOff(n: number, error: Transient): Promise<void> {
+    const backoff = this.#retryDelayMs * 2 ** (n - 1) * (0.5 + Math.random() / 2);
+    return this.#sleep(Math.min(MAX_RETRY_DELAY_MS, Math.max(backoff, error.retryAfterMs ?? 0)));
   }
 
   #sleep(ms: number): Promise<void> {
@@ -397,10 +459,11 @@ class HttpFile implements HttpSource {
   }
 
   /**
-   * One attempt at `[start, end)`, or at the first window when `end` is undefined, under its own
-   * abort controller: the source's `close()`, the caller's signal and the stall timer end it.
+   * One request for `range` (`bytes=a-b`; with `If-Range` when `conditional`), under its own abort
+   * controller: the source's `close()`, the caller's signal and the stall timer end it until
+   * `accept` is done checking the answer (and reading its body, when it does).
    */
-  async #attempt(start: number, end: number | undefined): Promise<Uint8Array> {
+  async #attempt<T>(range: string, conditional: boolean, accept: (response: Response, touch: () => void) => Promise<T>): Promise<T> {
     const controller = new AbortController();
     const stop = this.#stop.signal;
     const onAbort = () => controller.abort();
@@ -417,14 +480,13 @@ class HttpFile implements HttpSource {
     };
     touch();
     try {
-      const last = end === undefined ? this.#readAhead - 1 : end - 1;
       // No Accept-Encoding: the Fetch standard sends `identity` with every Range request (and
       // browsers forbid setting it); an encoded answer is refused in #accept all the same.
-      const headers: Record<string, string> = { Range: `bytes=${start}-${last}` };
+      const headers: Record<string, string> = { Range: range };
       const version = this.#ifRange();
-      if (end !== undefined && version !== undefined) headers["If-Range"] = version;
+      if (conditional && version !== undefined) headers["If-Range"] = version;
       const response = await this.#send(headers, controller.signal);
-      return await this.#accept(response, start, end, touch);
+      return await accept(response, touch);
     } catch (error) {
       if (stalled) throw new Transient(`no data for ${this.#stallTimeoutMs} ms (stallTimeoutMs)`);
       if (this.#closed) throw this.#closedError();
@@ -502,8 +564,8 @@ class HttpFile implements HttpSource {
   async #accept(response: Response, start: number, end: number | undefined, touch: () => void): Promise<Uint8Array> {
     const { status } = response;
     const asked = `bytes ${start}-${end === undefined ? this.#readAhead - 1 : end - 1}`;
-    const encoding = response.headers.get("content-encoding");
-    if ((status === 200 || status === 206) && encoding !== null && encoding.toLowerCase() !== "identity") {
+    const encoding = encodingOf(response);
+    if ((status === 200 || status === 206) && encoding !== undefined) {
       await discard(response);
       throw this.#error("RangeNotSupported", `the server sent ${asked} ${encoding}-encoded, which are not the file's bytes`);
     }
@@ -549,7 +611,7 @@ class HttpFile implements HttpSource {
       }
       throw this.#error(
         "RangeNotSupported",
-        `the server does not serve byte ranges: it answered a request for ${asked} with the whole file (HTTP 200${length === undefined ? "" : `, ${length} bytes`}); remote files are read by ranges, never downloaded whole (download it and convert the local copy)`,
+        `the server does not serve byte ranges: it answered a request for ${asked} with the whole file (HTTP 200${length === undefined ? "" : `, ${length} bytes`}); remote files are read by ranges, never downloaded whole unless allowed; ${this.#wholeFileHint ?? "download it and convert the local copy"}`,
       );
     }
     await discard(response);
@@ -568,6 +630,166 @@ class HttpFile implements HttpSource {
     if (status === 408 || status === 429 || status >= 500) throw new Transient(text, retryAfterMs(response));
     const hint = (status === 401 || status === 403) && this.#authHint !== undefined ? `; ${this.#authHint}` : "";
     throw this.#error("HttpError", `${text} for ${asked}${hint}`);
+  }
+
+  /** The first answer: as #accept, except that a whole file larger than the window is kept for `spool` when there is one. */
+  async #acceptFirst(response: Response, touch: () => void): Promise<Uint8Array | WholeFile> {
+    if (response.status === 200 && this.#spool !== undefined && encodingOf(response) === undefined) {
+      const length = contentLength(response);
+      if (length === undefined || length > this.#readAhead) {
+        this.#size = length ?? 0;
+        this.#etag = response.headers.get("etag");
+        this.#lastModified = response.headers.get("last-modified");
+        return { whole: response, length };
+      }
+    }
+    return this.#accept(response, 0, undefined, touch);
+  }
+
+  /**
+   * The bytes of a whole-file answer, in order and once each. A body that breaks off (or stalls)
+   * is asked for again from where it stopped (`bytes=N-`, If-Range): a 206 from there continues
+   * it; a 200 (a server without ranges) brings the whole file again, whose first N bytes are
+   * skipped. Either must be the first answer's version: never a mix of two files.
+   */
+  async *#wholeFileChunks(first: WholeFile): AsyncGenerator<Uint8Array> {
+    const { length } = first;
+    let response: Response | undefined = first.whole;
+    let received = 0;
+    let skip = 0;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        if (response === undefined) ({ response, skip } = await this.#resumeWholeFile(received, length));
+        for await (const chunk of this.#chunksOf(response)) {
+          const piece = skip > 0 ? chunk.subarray(Math.min(skip, chunk.byteLength)) : chunk;
+          skip -= chunk.byteLength - piece.byteLength;
+          if (piece.byteLength === 0) continue;
+          if (length !== undefined && received + piece.byteLength > length) {
+            throw this.#error("RangeNotSupported", `the server sent more than the ${length} bytes it announced (Content-Length)`);
+          }
+          received += piece.byteLength;
+          yield piece;
+        }
+        if (skip > 0 || (length !== undefined && received < length)) {
+          throw new Transient(`the connection closed after ${received}${length === undefined ? "" : ` of ${length}`} bytes`);
+        }
+        return;
+      } catch (error) {
+        response = undefined;
+        if (!(error instanceof Transient)) throw error;
+        if (attempt >= this.#maxAttempts) {
+          throw new StConvertError("HttpError", `${error.reason}; gave up after ${attempt} attempts (maxAttempts)`, {
+            file: this.name,
+            cause: error.cause ?? error,
+          });
+        }
+        if (length === undefined && this.#etag === null && this.#lastModified === null) {
+          throw this.#error("HttpError", `${error.reason}, and the server sent no size, ETag or Last-Modified to resume the download by`);
+        }
+        await this.#backOff(attempt, error);
+      }
+    }
+  }
+
+  /** Asks for the rest of a whole file from byte `received`; says how many bytes of the answer were received before. */
+  async #resumeWholeFile(received: number, length: number | undefined): Promise<{ response: Response; skip: number }> {
+    const asked = `bytes ${received}-`;
+    return this.#attempt(`bytes=${received}-`, true, async (response) => {
+      const { status } = response;
+      const encoding = encodingOf(response);
+      if ((status === 200 || status === 206) && encoding !== undefined) {
+        await discard(response);
+        throw this.#error("RangeNotSupported", `the server sent ${asked} ${encoding}-encoded, which are not the file's bytes`);
+      }
+      if (status === 206) {
+        const range = parseContentRange(response.headers.get("content-range"));
+        if (range?.first !== received || range.last === undefined || (range.total !== undefined && range.last !== range.total - 1)) {
+          await discard(response);
+          throw this.#error("RangeNotSupported", `the server answered ${JSON.stringify(response.headers.get("content-range"))} to a request for ${asked}`);
+        }
+        await this.#checkWholeVersion(response, range.total ?? (length === undefined ? undefined : range.last + 1));
+        return { response, skip: 0 };
+      }
+      if (status === 200) {
+        await this.#checkWholeVersion(response, contentLength(response));
+        return { response, skip: received };
+      }
+      await discard(response);
+      const text = `HTTP ${status}${response.statusText === "" ? "" : ` ${response.statusText}`}`;
+      if (status === 408 || status === 429 || status >= 500) throw new Transient(text, retryAfterMs(response));
+      throw this.#error("HttpError", `${text} for ${asked}, resuming the download`);
+    });
+  }
+
+  /** Refuses an answer that resumes a download with another version of the file than the first answer's (`total` undefined: not known). */
+  async #checkWholeVersion(response: Response, total: number | undefined): Promise<void> {
+    const changed = (what: string) => this.#error("SourceChanged", `the file changed on the server while it was downloaded (${what}); download it again`);
+    let failure: StConvertError | undefined;
+    const etag = response.headers.get("etag");
+    const lastModified = response.headers.get("last-modified");
+    const size = this.#size === 0 ? undefined : this.#size;
+    if (size !== undefined && total !== undefined && total !== size) failure = changed(`it held ${size} bytes, now ${total}`);
+    else if (this.#etag !== null && etag !== null && etag !== this.#etag) failure = changed(`ETag ${this.#etag}, now ${etag}`);
+    else if (this.#etag === null && this.#lastModified !== null && lastModified !== null && lastModified !== this.#lastModified) {
+      failure = changed(`Last-Modified ${this.#lastModified}, now ${lastModified}`);
+    }
+    if (failure === undefined) return;
+    await discard(response);
+    throw failure;
+  }
+
+  /**
+   * A body's chunks as they arrive, counted as fetched. A read that fails or stalls is a transient
+   * failure; `close()` and the caller's signal cancel the body (the request that brought it is
+   * no longer listening to them by then).
+   */
+  async *#chunksOf(response: Response): AsyncGenerator<Uint8Array> {
+    const body = response.body;
+    if (body === null) return;
+    const reader = body.getReader();
+    const stop = this.#stop.signal;
+    let stalled = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const cancel = () => {
+      reader.cancel().catch(() => {});
+    };
+    const stopped = () => (this.#closed ? this.#closedError() : this.#abortedError());
+    stop.addEventListener("abort", cancel, { once: true });
+    let finished = false;
+    let count = 0;
+    try {
+      for (;;) {
+        if (stop.aborted) throw stopped();
+        timer = setTimeout(() => {
+          stalled = true;
+          cancel();
+        }, this.#stallTimeoutMs);
+        let chunk: { done: true; value?: undefined } | { done: false; value: Uint8Array };
+        try {
+          chunk = await reader.read();
+        } catch (error) {
+          if (stop.aborted) throw stopped();
+          if (stalled) throw new Transient(`no data for ${this.#stallTimeoutMs} ms (stallTimeoutMs)`);
+          throw new Transient(`the connection failed after ${count} bytes: ${describe(error)}`, undefined, error);
+        } finally {
+          clearTimeout(timer);
+        }
+        // A cancelled body ends as if it were complete: only these flags tell the two apart.
+        if (stop.aborted) throw stopped();
+        if (stalled) throw new Transient(`no data for ${this.#stallTimeoutMs} ms (stallTimeoutMs)`);
+        if (chunk.done) {
+          finished = true;
+          return;
+        }
+        count += chunk.value.byteLength;
+        this.#fetched += chunk.value.byteLength;
+        this.#onProgress?.(this.#fetched, this.#size);
+        yield chunk.value;
+      }
+    } finally {
+      stop.removeEventListener("abort", cancel);
+      if (!finished) await reader.cancel().catch(() => {});
+    }
   }
 
   /** Refuses an answer from another version of the file than the first answer's. */
@@ -628,6 +850,12 @@ class HttpFile implements HttpSource {
   #error(code: "HttpError" | "RangeNotSupported" | "SourceChanged", rule: string): StConvertError {
     return new StConvertError(code, rule, { file: this.name });
   }
+}
+
+/** The answer's content coding when it is not the identity (the bytes are then not the file's). */
+function encodingOf(response: Response): string | undefined {
+  const encoding = response.headers.get("content-encoding");
+  return encoding === null || encoding.toLowerCase() === "identity" ? undefined : encoding;
 }
 
 /** Releases a response's connection without reading its body. */

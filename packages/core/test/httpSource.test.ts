@@ -10,6 +10,7 @@ import {
   type HttpSourceOptions,
   MAX_HTTP_ATTEMPTS,
   type StConvertError,
+  bytesSource,
   isStConvertError,
   openHttpSource,
   readSafetensors,
@@ -217,6 +218,188 @@ describe("a server that ignores Range", () => {
       expect(source.size).toBe(100);
       expectBytes(await source.read(10, 90), FILE.subarray(10, 100));
     });
+  });
+
+  it("adds wholeFileHint to the refusal", async () => {
+    const error = await failure(openHttpSource(s.url("/file.bin"), { ...FAST, wholeFileHint: "allow it with --allow-download" }));
+    expect(error.message).toMatch(/never downloaded whole unless allowed; allow it with --allow-download$/);
+  });
+});
+
+/**
+ * A spool that keeps the body in memory (the CLI's writes a scratch file), and what it saw: the
+ * size it was told, the chunks, whether the body failed, whether the copy was closed.
+ */
+function memorySpool() {
+  const seen = { size: undefined as number | undefined, chunks: 0, bytes: 0, failed: undefined as unknown, closed: false, calls: 0 };
+  const spool: NonNullable<HttpSourceOptions["spool"]> = async (body, size) => {
+    seen.calls++;
+    seen.size = size;
+    const parts: Uint8Array[] = [];
+    try {
+      for await (const chunk of body) {
+        parts.push(chunk.slice());
+        seen.chunks++;
+        seen.bytes += chunk.byteLength;
+      }
+    } catch (error) {
+      seen.failed = error;
+      throw error;
+    }
+    const copy = bytesSource(Buffer.concat(parts), "copy");
+    return {
+      ...copy,
+      close: async () => {
+        seen.closed = true;
+      },
+    };
+  };
+  return { spool, seen };
+}
+
+describe("a server that ignores Range, read whole through spool", () => {
+  it("hands the one 200 answer to spool in order and serves every read from the copy", async () => {
+    const s = await server({ ignoreRange: true, chunkSize: 16 * 1024 });
+    s.files.set("/file.bin", servedBytes(FILE));
+    const { spool, seen } = memorySpool();
+    await withSource(s.url("/file.bin"), { spool }, async (source) => {
+      expect(source.spooled).toBe(true);
+      expect(source.size).toBe(FILE.byteLength);
+      expect(seen).toMatchObject({ calls: 1, size: FILE.byteLength, bytes: FILE.byteLength });
+      expect(seen.chunks).toBeGreaterThan(1);
+      expectBytes(await source.read(0, FILE.byteLength), FILE);
+      expectBytes(await source.read(777_777, 10), FILE.subarray(777_777, 777_787));
+      expect(source.bytesFetched).toBe(s.bytesServed());
+    });
+    expect(seen.closed).toBe(true);
+    expect(s.log).toHaveLength(1);
+    expect(s.bytesServed()).toBe(FILE.byteLength);
+  });
+
+  it("is not used for a server that serves ranges, nor for a file that fits in the first window", async () => {
+    const ranged = await server();
+    const plain = await server({ ignoreRange: true });
+    ranged.files.set("/file.bin", servedBytes(FILE));
+    plain.files.set("/tiny.bin", servedBytes(FILE.subarray(0, 100)));
+    const { spool, seen } = memorySpool();
+    await withSource(ranged.url("/file.bin"), { spool }, async (source) => {
+      expect(source.spooled).toBe(false);
+      expectBytes(await source.read(500_000, 10), FILE.subarray(500_000, 500_010));
+    });
+    await withSource(plain.url("/tiny.bin"), { spool }, async (source) => {
+      expect(source.spooled).toBe(false);
+      expect(source.size).toBe(100);
+    });
+    expect(seen.calls).toBe(0);
+  });
+
+  it("resumes a body that breaks off: the whole answer again, its first bytes skipped", async () => {
+    const s = await server({ ignoreRange: true, cut: { after: 300_000, times: 2 } });
+    s.files.set("/file.bin", servedBytes(FILE, { etag: '"same"' }));
+    const { spool, seen } = memorySpool();
+    await withSource(s.url("/file.bin"), { spool }, async (source) => {
+      expectBytes(await source.read(0, FILE.byteLength), FILE);
+    });
+    expect(seen).toMatchObject({ calls: 1, bytes: FILE.byteLength });
+    expect(s.log.map((r) => [r.headers.range, r.headers["if-range"]])).toEqual([
+      [`bytes=0-${HTTP_READ_AHEAD - 1}`, undefined],
+      ["bytes=300000-", '"same"'],
+      ["bytes=300000-", '"same"'],
+    ]);
+    expect(s.bytesServed()).toBe(300_000 + 300_000 + FILE.byteLength);
+  });
+
+  it("resumes with a range when the server answers one (206 from where the body stopped)", async () => {
+    let first = true;
+    const s = await server({
+      handle(request, response, self) {
+        if (!first) return false;
+        first = false;
+        // The first answer: the whole file, broken off after 200,000 bytes.
+        const file = self.files.get(request.url!)!;
+        response.writeHead(200, { "Content-Length": file.size, ETag: file.etag });
+        response.write(file.bytes(0, 200_000), () => request.socket.destroy());
+        return true;
+      },
+    });
+    s.files.set("/file.bin", servedBytes(FILE, { etag: '"r"' }));
+    const { spool } = memorySpool();
+    await withSource(s.url("/file.bin"), { spool }, async (source) => {
+      expectBytes(await source.read(0, FILE.byteLength), FILE);
+    });
+    expect(s.log.map((r) => r.headers.range)).toEqual([`bytes=0-${HTTP_READ_AHEAD - 1}`, "bytes=200000-"]);
+    expect(s.bytesServed()).toBe(FILE.byteLength - 200_000);
+  });
+
+  it("refuses with SourceChanged when the file changed before the body could be resumed, and the copy is never made", async () => {
+    const changed = new Uint8Array(FILE);
+    changed[0]! ^= 0xff;
+    let requests = 0;
+    const s = await server({
+      ignoreRange: true,
+      cut: { after: 100_000, times: 1 },
+      handle(_request, _response, self) {
+        if (++requests === 2) self.files.set("/file.bin", servedBytes(changed, { etag: '"v2"' }));
+        return false;
+      },
+    });
+    s.files.set("/file.bin", servedBytes(FILE, { etag: '"v1"' }));
+    const { spool, seen } = memorySpool();
+    const error = await failure(openHttpSource(s.url("/file.bin"), { ...FAST, spool }));
+    expect(error.code).toBe("SourceChanged");
+    expect(error.message).toContain(s.url("/file.bin"));
+    expect(error.message).toContain('ETag "v1", now "v2"');
+    expect(seen.failed).toBe(error);
+    expect(s.log).toHaveLength(2);
+  });
+
+  it("refuses with SourceChanged by the size when the server gives no version", async () => {
+    let requests = 0;
+    const s = await server({
+      ignoreRange: true,
+      cut: { after: 100_000, times: 1 },
+      handle(_request, _response, self) {
+        if (++requests === 2) self.files.set("/file.bin", servedBytes(FILE.subarray(0, FILE.byteLength - 1), { etag: null }));
+        return false;
+      },
+    });
+    s.files.set("/file.bin", servedBytes(FILE, { etag: null }));
+    const error = await failure(openHttpSource(s.url("/file.bin"), { ...FAST, spool: memorySpool().spool }));
+    expect(error.code).toBe("SourceChanged");
+    expect(error.message).toContain(`it held ${FILE.byteLength} bytes, now ${FILE.byteLength - 1}`);
+  });
+
+  it("gives up after maxAttempts when every answer breaks off, with HttpError", async () => {
+    const s = await server({ ignoreRange: true, cut: { after: 50_000 } });
+    s.files.set("/file.bin", servedBytes(FILE));
+    const { spool, seen } = memorySpool();
+    const error = await failure(openHttpSource(s.url("/file.bin"), { ...FAST, spool }));
+    expect(error.code).toBe("HttpError");
+    expect(error.message).toContain(`gave up after ${MAX_HTTP_ATTEMPTS} attempts (maxAttempts)`);
+    expect(seen.failed).toBe(error);
+    // Every answer brings the same first 50,000 bytes: the copy gets them once.
+    expect(seen.bytes).toBe(50_000);
+    expect(s.bytesServed()).toBe(MAX_HTTP_ATTEMPTS * 50_000);
+    expect(s.log).toHaveLength(MAX_HTTP_ATTEMPTS);
+  });
+
+  it("stops a download on the caller's signal, with Aborted", async () => {
+    const s = await server({ ignoreRange: true, chunkSize: 4096, chunkDelayMs: 5 });
+    s.files.set("/file.bin", servedBytes(FILE));
+    const controller = new AbortController();
+    const { spool, seen } = memorySpool();
+    const opening = openHttpSource(s.url("/file.bin"), {
+      ...FAST,
+      spool,
+      signal: controller.signal,
+      onProgress: (fetched) => {
+        if (fetched >= 40_000) controller.abort(new Error("stop"));
+      },
+    });
+    const error = await failure(opening);
+    expect(error.code).toBe("Aborted");
+    expect(seen.failed).toBe(error);
+    expect(seen.bytes).toBeLessThan(FILE.byteLength);
   });
 });
 

@@ -66,6 +66,11 @@ export interface RangeServerOptions {
   /** Wait before each body chunk, in ms (a slow server). Default 0. */
   chunkDelayMs?: number;
   /**
+   * Break answers off, as a failing network does: the first `times` answers with a body (default
+   * every one) close the connection after `after` body bytes.
+   */
+  cut?: { after: number; times?: number };
+  /**
    * Answers a request before the default handling; returns true when it did. `server.serve()`
    * gives the default answer for a file, for handlers that change only some requests.
    */
@@ -100,13 +105,17 @@ export async function startRangeServer(options: RangeServerOptions = {}): Promis
   const served = new Map<string, number>();
   const log: LoggedRequest[] = [];
   const chunkSize = options.chunkSize ?? 64 * 1024;
+  let cuts = 0;
 
   const writeBody = async (request: IncomingMessage, response: ServerResponse, file: ServedFile, start: number, end: number) => {
     const path = pathOf(request);
-    for (let at = start; at < end && !response.destroyed; at += chunkSize) {
+    const cut = options.cut !== undefined && (options.cut.times === undefined || cuts < options.cut.times) && start + options.cut.after < end;
+    if (cut) cuts++;
+    const stop = cut ? start + options.cut!.after : end;
+    for (let at = start; at < stop && !response.destroyed; at += chunkSize) {
       if (options.chunkDelayMs !== undefined && options.chunkDelayMs > 0) await sleep(options.chunkDelayMs);
       if (response.destroyed) break;
-      const chunk = file.bytes(at, Math.min(end, at + chunkSize));
+      const chunk = file.bytes(at, Math.min(stop, at + chunkSize));
       served.set(path, (served.get(path) ?? 0) + chunk.byteLength);
       if (!response.write(chunk)) {
         await new Promise<void>((resolve) => {
@@ -119,6 +128,11 @@ export async function startRangeServer(options: RangeServerOptions = {}): Promis
           response.on("close", done);
         });
       }
+    }
+    if (cut) {
+      // What was written reaches the client, then the connection drops without the rest.
+      if (!response.destroyed) response.write(new Uint8Array(0), () => request.socket.destroy());
+      return;
     }
     if (!response.destroyed) response.end();
   };
