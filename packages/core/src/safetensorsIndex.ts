@@ -21,6 +21,31 @@ export interface SafetensorsIndexReadOptions extends SafetensorsReadOptions {
   maxIndexSize?: number;
   /** Receives non-fatal notices (a `total_size` that is not the sum, metadata the shards disagree on). */
   onWarning?: (message: string) => void;
+  /**
+   * For another format sharded the same way (`pytorch_model.bin.index.json`): the extensions a
+   * shard name may end in and how a shard is read. Default: `.safetensors` files read by
+   * {@link readSafetensors} with these options.
+   */
+  shards?: ShardReader;
+}
+
+/** What a shard holds, as {@link ShardReader.read} gives it. */
+export interface ShardContents {
+  readonly tensors: readonly TensorEntry[];
+  /** Merged into the index's metadata when every shard agrees on an entry; null for none. */
+  readonly metadata: Metadata | null;
+  /**
+   * Names the shard holds as other names' tensors (`{removed: kept}`, tied weights): they count as
+   * held for the index's checks, and an index entry for one needs no tensor of its own.
+   */
+  readonly aliases?: Readonly<Record<string, string>>;
+}
+
+/** How the shards of a sharded format other than safetensors are named and read. */
+export interface ShardReader {
+  /** A shard name must end in one of these (`[".bin", ".pt"]`). */
+  readonly extensions: readonly string[];
+  read(source: ByteSource): Promise<ShardContents>;
 }
 
 /** A sharded checkpoint, read through its index. */
@@ -75,33 +100,37 @@ export async function readSafetensorsIndex(
   if (metadata !== undefined && metadata !== null && !isObject(metadata)) bad('"metadata" must be an object');
   const indexMetadata = isObject(metadata) ? metadata : null;
 
+  const reader: ShardReader = options.shards ?? { extensions: [".safetensors"], read: (shard) => readSafetensors(shard, options) };
   // Tensor → shard, and the shards in order of first appearance.
   const shardOf = new Map<string, string>();
   for (const [name, shard] of Object.entries(weightMap)) {
     if (typeof shard !== "string") bad(`weight_map maps ${quoteName(name)} to ${JSON.stringify(shard)}, not to a file name`, name);
-    checkShardName(shard as string, bad);
+    checkShardName(shard as string, reader.extensions, bad);
     shardOf.set(name, shard as string);
   }
   const shards = [...new Set(shardOf.values())];
 
   const byName = new Map<string, TensorEntry>();
+  const aliased = new Set<string>();
   const shardMetadata: (Metadata | null)[] = [];
   for (const shard of shards) {
     try {
-      const file = await readSafetensors(await openShard(shard), options);
+      const file = await reader.read(await openShard(shard));
       shardMetadata.push(file.metadata);
-      for (const tensor of file.tensors) {
-        const mapped = shardOf.get(tensor.name);
+      const aliases = Object.keys(file.aliases ?? {});
+      for (const name of [...file.tensors.map((t) => t.name), ...aliases]) {
+        const mapped = shardOf.get(name);
         if (mapped !== shard) {
           bad(
             mapped === undefined
               ? `shard ${JSON.stringify(shard)} holds a tensor the index does not list`
               : `shard ${JSON.stringify(shard)} holds a tensor the index maps to ${JSON.stringify(mapped)}`,
-            tensor.name,
+            name,
           );
         }
-        byName.set(tensor.name, tensor);
       }
+      for (const tensor of file.tensors) byName.set(tensor.name, tensor);
+      for (const name of aliases) aliased.add(name);
     } catch (error) {
       throw withContext(error, { file: shard });
     }
@@ -109,10 +138,10 @@ export async function readSafetensorsIndex(
   const tensors: TensorEntry[] = [];
   for (const [name, shard] of shardOf) {
     const tensor = byName.get(name);
-    if (tensor === undefined) {
+    if (tensor !== undefined) tensors.push(tensor);
+    else if (!aliased.has(name)) {
       throw new StConvertError("TensorNotFound", `the index maps it to ${JSON.stringify(shard)}, which does not hold it`, { file: source.name, tensor: name });
     }
-    tensors.push(tensor);
   }
 
   const totalSize = indexMetadata?.total_size;
@@ -135,16 +164,16 @@ function isObject(value: unknown): value is Record<string, unknown> {
 
 /**
  * The loaders' rule (huggingface_hub parses names as Windows paths and refuses a drive, a root or
- * a `..` part), with the safetensors extension required: an index cannot make st-convert read a
+ * a `..` part), with the format's extension required: an index cannot make st-convert read a
  * file outside its folder.
  */
-function checkShardName(name: string, bad: (rule: string) => never): void {
+function checkShardName(name: string, extensions: readonly string[], bad: (rule: string) => never): void {
   const shown = JSON.stringify(name);
   if (name === "" || name.includes("\0")) bad(`shard name ${shown} is not a file name`);
   if (/^[A-Za-z]:/.test(name) || name.startsWith("/") || name.startsWith("\\"))
     bad(`shard name ${shown} is an absolute path; shards must lie beside the index`);
   if (name.split(/[\\/]/).includes("..")) bad(`shard name ${shown} climbs out of the index's folder with ".."`);
-  if (!name.endsWith(".safetensors")) bad(`shard name ${shown} does not end in .safetensors`);
+  if (!extensions.some((e) => name.endsWith(e))) bad(`shard name ${shown} does not end in ${extensions.join(", ")}`);
 }
 
 /** The metadata entries every shard has with the same value; a notice for each it drops. */

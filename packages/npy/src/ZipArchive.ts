@@ -60,12 +60,13 @@ const FLAG_DESCRIPTOR = 0x8;
 const FLAG_PATCHED = 0x20;
 const FLAG_STRONG_ENCRYPTION = 0x40;
 const FLAG_UTF8 = 0x800;
+const FLAG_MASKED = 0x2000;
 
 /** Central-directory entry of one member, offsets already corrected for bytes prepended to the archive. */
 export interface ZipEntry {
   /**
    * The name as zipfile gives it (`ZipInfo.filename`, what `namelist()` and numpy see): decoded,
-   * then cut at its first NUL, so that `w.npy\0y` is `w.npy`.
+   * then cut at its first NUL, so that `w.npy\0y` is `w.npy` (with `rules: "miniz"`, whole and UTF-8, as torch sees it).
    */
   readonly name: string;
   /** The name as stored, before the cut at NUL (`ZipInfo.orig_filename`, what the local header must repeat). */
@@ -112,6 +113,15 @@ export interface ZipReadOptions {
    * reading them needs no read of their own. Default {@link MAX_KEPT_BYTES} (64 MiB); 0 keeps none.
    */
   maxKeptBytes?: number;
+  /**
+   * Whose reading of the container to follow. `"zipfile"` (the default): CPython's `zipfile`, as
+   * numpy reads an `.npz`. `"miniz"`: torch's reader (miniz under `PyTorchStreamReader`) where it
+   * differs, for `.pt` files: names are UTF-8 whatever flag 11 says and are kept whole (never cut
+   * at NUL); the archive starts at its first byte (bytes before it, or an archive before it, are
+   * refused, where zipfile shifts every offset); the end record's entry counts must be the
+   * directory's and its disk numbers 0; flag bit 13 (a masked local header) is refused.
+   */
+  rules?: "zipfile" | "miniz";
 }
 
 const EMPTY = new Uint8Array(0);
@@ -158,6 +168,10 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
     if (at < 0 || at + END_SIZE > tail.byteLength) bad("File is not a zip file: no end-of-central-directory record");
   }
   const endOffset = tailStart + at;
+  const miniz = options.rules === "miniz";
+  if (miniz && (tv.getUint16(at + 4, true) !== 0 || tv.getUint16(at + 6, true) !== 0)) bad("zip files that span multiple disks are not supported");
+  let declaredCount = tv.getUint16(at + 10, true);
+  if (miniz && tv.getUint16(at + 8, true) !== declaredCount) bad("the end record's two entry counts differ");
   const commentLength = tv.getUint16(at + 20, true);
   const comment = new Uint8Array(tail.subarray(at + END_SIZE, at + END_SIZE + commentLength));
   let directorySize = tv.getUint32(at + 12, true);
@@ -177,9 +191,15 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
           zip64 = true;
           // zipfile walks the directory by its size and ignores the count; so do we, but a count
           // past any file is refused like the other fields.
-          u64(end64, 32, "entry count");
+          declaredCount = u64(end64, 32, "entry count");
           directorySize = u64(end64, 40, "central directory size");
           directoryOffset = u64(end64, 48, "central directory offset");
+          // miniz reads the ZIP64 end record where the locator points, and checks its disks and counts.
+          if (miniz) {
+            if (lv.getBigUint64(8, true) !== BigInt(end64At)) bad("the ZIP64 locator does not point at the ZIP64 end record before it");
+            if (end64.getUint32(16, true) !== 0 || end64.getUint32(20, true) !== 0) bad("zip files that span multiple disks are not supported");
+            if (end64.getBigUint64(24, true) !== end64.getBigUint64(32, true)) bad("the ZIP64 end record's two entry counts differ");
+          }
         }
       }
     }
@@ -187,6 +207,11 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
   let concat = endOffset - directorySize - directoryOffset;
   if (zip64) concat -= END64_SIZE + LOCATOR64_SIZE;
   const start = directoryOffset + concat;
+  if (miniz && concat !== 0) {
+    bad(
+      `the central directory is not where the end record says (${concat} bytes off): bytes or another archive come before this one, which torch does not read`,
+    );
+  }
   if (start < 0 || directorySize < 0 || start + directorySize > endOffset) bad("Bad offset for central directory");
   if (directorySize > maxDirectorySize) {
     throw new StConvertError("LimitExceeded", `central directory of ${directorySize} bytes is larger than the limit of ${maxDirectorySize}`);
@@ -210,9 +235,14 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
     let headerOffset = dv.getUint32(p + 42, true);
     const end = p + CENTRAL_SIZE + nameLength + extraLength + commentLen;
     if (end > directory.byteLength) bad("Truncated central directory");
-    const originalName = decodeName(directory.subarray(p + CENTRAL_SIZE, p + CENTRAL_SIZE + nameLength), flags);
-    const nul = originalName.indexOf("\0");
+    const originalName = decodeName(directory.subarray(p + CENTRAL_SIZE, p + CENTRAL_SIZE + nameLength), flags, miniz);
+    const nul = miniz ? -1 : originalName.indexOf("\0");
     const name = nul < 0 ? originalName : originalName.slice(0, nul);
+    // miniz takes a member's disk to be 0 or 1 (some writers count from 1); any other is another disk.
+    const disk = dv.getUint16(p + 34, true);
+    if (miniz && disk !== 0 && disk !== 1) bad(`member ${JSON.stringify(name)} starts on disk ${disk}: zip files that span multiple disks are not supported`);
+    if (miniz && (flags & FLAG_MASKED) !== 0)
+      throw new StConvertError("Unsupported", `member ${JSON.stringify(name)} is encrypted (its local header is masked, flag bit 13)`);
     if (extractVersion > MAX_EXTRACT_VERSION) {
       throw new StConvertError("Unsupported", `member ${JSON.stringify(name)} needs zip version ${extractVersion / 10}, newer than this reader`);
     }
@@ -240,6 +270,9 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
     entries.push({ name, originalName, flags, method, crc32, compressedSize, size, headerOffset: headerOffset + concat });
     p = end;
   }
+  if (miniz && declaredCount !== entries.length) {
+    bad(`the end record counts ${declaredCount} members, but the central directory holds ${entries.length}`);
+  }
   return { entries, comment, directoryOffset: start };
 }
 
@@ -249,12 +282,12 @@ const CP437_HIGH = "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ¢£¥
 const latin1 = new TextDecoder("latin1");
 
 /** A member name as zipfile decodes it: UTF-8 with flag 11 set, else code page 437. */
-function decodeName(bytes: Uint8Array, flags: number): string {
-  if ((flags & FLAG_UTF8) !== 0) {
+function decodeName(bytes: Uint8Array, flags: number, alwaysUtf8 = false): string {
+  if (alwaysUtf8 || (flags & FLAG_UTF8) !== 0) {
     try {
       return utf8.decode(bytes);
     } catch {
-      return bad("a member name flagged as UTF-8 is not valid UTF-8");
+      return bad(alwaysUtf8 ? "a member name is not valid UTF-8 (torch reads every name as UTF-8)" : "a member name flagged as UTF-8 is not valid UTF-8");
     }
   }
   let ascii = true;
@@ -333,7 +366,11 @@ export async function locateMembers(source: ByteSource, directory: ZipDirectory,
     const dataOffset = at + LOCAL_SIZE + nameLength + extraLength;
     if (dataOffset > source.size) bad(`${where()}: local header runs past the end of the archive`);
     if (!(at + LOCAL_SIZE + nameLength <= blockStart + block.byteLength)) await ensure(at, LOCAL_SIZE + nameLength, position);
-    const localName = decodeName(block.subarray(at - blockStart + LOCAL_SIZE, at - blockStart + LOCAL_SIZE + nameLength), localFlags);
+    const localName = decodeName(
+      block.subarray(at - blockStart + LOCAL_SIZE, at - blockStart + LOCAL_SIZE + nameLength),
+      localFlags,
+      options.rules === "miniz",
+    );
     if (localName !== entry.originalName) {
       bad(`File name in directory ${JSON.stringify(entry.originalName)} and header ${JSON.stringify(localName)} differ.`);
     }

@@ -8,7 +8,11 @@
  * `InvalidIndex`, `TensorNotFound`).
  */
 export type TorchErrorCode =
-  /** The pickle is malformed: an unknown or refused opcode, a stack or mark underflow, a missing memo entry, an operand of the wrong type. */
+  /**
+   * The pickle is malformed, or fails when torch loads it: an unknown or refused opcode, a stack or
+   * mark underflow, a missing memo entry, an operand of the wrong type, an unhashable dict key, a
+   * storage class or dtype called.
+   */
   | "UnpicklingError"
   /** A tensor or storage flows into a callable st-convert does not interpret (it runs none): the symbol is named. */
   | "UnsupportedGlobal"
@@ -24,5 +28,10 @@ export type TorchErrorCode =
   | "UnsupportedDtype"
   /** The file is something else: a safetensors file or a Git LFS pointer saved as `.bin`, an `.npz`, any other file (the message says which). */
   | "NotACheckpoint"
-  /** The container is not a checkpoint torch writes: no `data.pkl`, a bad `byteorder`, a legacy file with a wrong magic number or protocol. */
+  /**
+   * The container is not a checkpoint torch reads: a record outside the root folder, no `version`
+   * record or one torch cannot parse, a `byteorder` other than exactly `little`/`big`, a
+   * `.storage_alignment` that is not an int, no `data.pkl` in the root, a legacy file with a wrong
+   * magic number or protocol or an unordered key list.
+   */
   | "InvalidCheckpoint";

@@ -157,6 +157,18 @@ export function dictKey(key: PickleValue, identity: () => string): string {
   return identity();
 }
 
+/** The kind of mutable value that makes `key` unhashable in Python (a list, a dict, inside a tuple too), or undefined. */
+function unhashable(key: PickleValue): "list" | "dict" | undefined {
+  const stack: PickleValue[] = [key];
+  for (let visits = 0; stack.length > 0 && visits < 10_000; visits++) {
+    const v = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    if (v.kind === "list" || v.kind === "dict") return v.kind;
+    if (v.kind === "tuple") stack.push(...v.items);
+  }
+  return undefined;
+}
+
 /**
  * How protocols 0–2 pickle `bytes` (they have no bytes opcode): `_codecs.encode(text, "latin1")`,
  * and `bytes()` for an empty one. The pickler's own spelling, not a call: decoded here.
@@ -333,6 +345,8 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
   };
   const setItem = (target: PickleValue, key: PickleValue, value: PickleValue): void => {
     if (target !== null && typeof target === "object" && target.kind === "dict") {
+      const mutable = unhashable(key);
+      if (mutable !== undefined) bad(`unhashable type: '${mutable}' (a dict key must be hashable, as Python requires)`);
       target.entries.set(
         dictKey(key, () => `#${identities++}`),
         { key, value },

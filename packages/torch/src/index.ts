@@ -3,6 +3,7 @@
  * model of st-convert, read by a pickle reader that runs nothing, streaming both ways.
  */
 export {
+  GATHER_TILE_SIZE,
   MAX_EXPANDED_BYTES,
   MAX_GATHER_WINDOW,
   MAX_MEMO_ENTRIES,

@@ -57,11 +57,25 @@ export const MAX_PICKLE_SIZE = 256 * 1024 * 1024;
 export const MAX_EXPANDED_BYTES = 1024 * 1024 * 1024;
 
 /**
- * Largest stretch of a storage read into memory to gather a non-contiguous view (a transposed
- * weight, a slice) into C order. 256 MiB holds an 8192 × 8192 float32 weight; views over larger
- * windows are gathered run by run from the file, in bounded memory but more slowly.
+ * Largest stretch of a deflated member (a checkpoint re-zipped by another tool, where nothing can
+ * be read at random) inflated into memory to gather a non-contiguous view of it into C order.
+ * 256 MiB holds an 8192 × 8192 float32 weight; a view of a stored member is gathered in tiles of
+ * {@link GATHER_TILE_SIZE} instead, whatever its size.
  */
 export const MAX_GATHER_WINDOW = 256 * 1024 * 1024;
+
+/** Records torch reads whole before the pickle (version, byteorder, alignment): real ones hold a few bytes. */
+const SMALL_RECORD = 4096;
+
+/** torch 2.13's `kMaxSupportedFileFormatVersion`: a checkpoint claiming a later version is refused, as torch refuses it. */
+const MAX_FILE_FORMAT_VERSION = 10;
+
+/**
+ * Bytes of C-order output gathered at a time from a non-contiguous view read from the file: a
+ * transposed weight is gathered in blocks of whole output rows, each filled by one read per
+ * column of a stretch of the storage, so memory stays at this size whatever the tensor's.
+ */
+export const GATHER_TILE_SIZE = 32 * 1024 * 1024;
 
 /** Skipped values reported one by one; the rest are counted in one line. */
 export const MAX_WARNINGS = 20;
@@ -99,6 +113,8 @@ export interface TorchReadOptions {
   maxExpandedBytes?: number;
   /** Default {@link MAX_GATHER_WINDOW}. */
   maxGatherWindow?: number;
+  /** Default {@link GATHER_TILE_SIZE}; tests lower it to cross tile edges on small tensors. */
+  gatherTileSize?: number;
   /** Default {@link MAX_WARNINGS}. */
   maxWarnings?: number;
   /** `"fflate"` forces the portable codec (CRC-32, inflate) browsers use; default `node:zlib` when present. */
@@ -188,6 +204,7 @@ export async function readTorch(input: ByteInput, options: TorchReadOptions = {}
           "this is a Git LFS pointer (version https://git-lfs.github.com/spec/v1), not the checkpoint itself: fetch it with `git lfs pull`",
         );
       default:
+        if (await startsWithLegacyMagic(source, options)) return await readLegacyCheckpoint(source, options);
         return fail("NotACheckpoint", "not a PyTorch checkpoint: neither a zip archive with a data.pkl nor a legacy torch.save stream");
     }
   } catch (error) {
@@ -213,6 +230,10 @@ interface StorageBytes {
   range(offset: number, length: number, options: ChunkOptions): AsyncGenerator<Uint8Array>;
   /** Random access, where the container allows it (not inside a deflated member). */
   readonly read: ((offset: number, length: number) => Promise<Uint8Array>) | undefined;
+  /** Synchronous random access into `target`, where the source has it; only after {@link StorageBytes.ready}. */
+  readonly readInto: ((offset: number, target: Uint8Array) => void) | undefined;
+  /** Resolves once random reads may start (a stored member's CRC-32 checked). */
+  ready(): Promise<void>;
 }
 
 function crcError(member: ZipMember, actual: number): StConvertError {
@@ -260,6 +281,8 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
       await verify();
       return source.read(member.dataOffset + offset, length);
     },
+    readInto: source.readIntoSync === undefined ? undefined : (offset, target) => source.readIntoSync!(member.dataOffset + offset, target),
+    ready: verify,
   };
 }
 
@@ -270,6 +293,8 @@ function deflatedStorage(source: ByteSource, member: ZipMember, codec: Codec): S
     size: member.size,
     range: (offset, length, options) => payload.range(offset, length, { chunkSize: options.chunkSize ?? DEFAULT_CHUNK_SIZE }),
     read: undefined,
+    readInto: undefined,
+    ready: async () => {},
   };
 }
 
@@ -279,22 +304,70 @@ function legacyStorage(source: ByteSource, dataOffset: number, size: number): St
     size,
     range: (offset, length, options) => readRange(source, dataOffset + offset, length, options),
     read: (offset, length) => source.read(dataOffset + offset, length),
+    readInto: source.readIntoSync === undefined ? undefined : (offset, target) => source.readIntoSync!(dataOffset + offset, target),
+    ready: async () => {},
   };
 }
 
 // ----- the zip format -----
 
+/** ASCII lower case, as miniz compares names when torch looks a record up. */
+function foldCase(name: string): string {
+  return name.replace(/[A-Z]+/g, (c) => c.toLowerCase());
+}
+
+/** The `version` record as torch reads it (`std::stoull`: leading space, a sign, decimal digits, anything after). */
+function parseVersion(text: string): bigint | undefined {
+  const m = /^[\t\n\v\f\r ]*([+-]?)(\d+)/.exec(text);
+  if (m === null) return undefined;
+  const value = BigInt(m[2]!);
+  return m[1] === "-" && value !== 0n ? -value : value;
+}
+
+/** An int literal as Python's `int(bytes)` reads it: surrounding whitespace, a sign, digits with single underscores between them. */
+function isPythonInt(text: string): boolean {
+  return /^[\t\n\v\f\r ]*[+-]?\d(_?\d)*[\t\n\v\f\r ]*$/.test(text);
+}
+
 async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions): Promise<TorchFile> {
   const codec = await loadCodec(options.codec === "fflate" ? "fflate" : undefined);
-  const directory = await readZipDirectory(source);
-  const members = await locateMembers(source, directory);
-  const pickleMember = members.find((m) => m.name === "data.pkl" || m.name.endsWith("/data.pkl"));
-  if (pickleMember === undefined) {
+  // Read as torch reads it (miniz): names whole and UTF-8, no bytes before the archive, counts that agree.
+  const directory = await readZipDirectory(source, { rules: "miniz" });
+  const members = await locateMembers(source, directory, { rules: "miniz" });
+  if (!members.some((m) => foldCase(m.originalName).endsWith("data.pkl"))) {
     fail("NotACheckpoint", "a zip archive without a data.pkl member: not a PyTorch checkpoint (an .npz? read it with --from npz)");
   }
-  // The folder holding data.pkl is the root, whatever its name (torch uses the file's stem).
-  const root = pickleMember.name.slice(0, -"data.pkl".length);
-  const byName = new Map(members.map((m) => [m.name, m]));
+  // torch's rule (PyTorchStreamReader): the root folder is the first member's name up to its first
+  // "/", every member lies in it, and records are looked up there, names compared ignoring ASCII case.
+  const firstName = members[0]!.originalName;
+  const slash = firstName.indexOf("/");
+  if (slash < 0)
+    fail("InvalidCheckpoint", `the first record, ${JSON.stringify(firstName)}, is not in a folder; torch: "file in archive is not in a subdirectory"`);
+  const root = firstName.slice(0, slash + 1);
+  const byName = new Map<string, ZipMember>();
+  for (const m of members) {
+    if (!m.originalName.startsWith(root)) {
+      fail(
+        "InvalidCheckpoint",
+        `record ${JSON.stringify(m.originalName)} is outside the archive's root folder ${JSON.stringify(root)}; torch: "file in archive is not in a subdirectory"`,
+      );
+    }
+    const key = foldCase(m.originalName);
+    if (byName.has(key)) {
+      fail(
+        "DuplicateKey",
+        `two records are named ${JSON.stringify(m.originalName)} (torch compares names ignoring case): which one torch reads is not defined`,
+      );
+    }
+    byName.set(key, m);
+  }
+  const record = (name: string): ZipMember | undefined => byName.get(foldCase(root + name));
+  if (members.some((m) => m.originalName === `${root}constants.pkl`)) {
+    fail(
+      "Unsupported",
+      "a TorchScript archive (it has constants.pkl): torch.load(weights_only=True) refuses it; load it with torch.jit.load and save its state_dict()",
+    );
+  }
   const memberBytes = (member: ZipMember): StorageBytes =>
     member.method === 0 ? storedStorage(source, member, codec) : deflatedStorage(source, member, codec);
   const small = async (member: ZipMember, limit: number, what: string): Promise<Uint8Array> => {
@@ -303,23 +376,62 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
     for await (const chunk of memberBytes(member).range(0, member.size, {})) parts.push(new Uint8Array(chunk));
     return concat(parts, member.size);
   };
+  const latin1 = (bytes: Uint8Array): string => String.fromCharCode(...bytes);
+  /** A record read whole, as torch reads it (so that its size and CRC are checked), keeping its first `keep` bytes. */
+  const head = async (member: ZipMember, keep: number): Promise<string> => {
+    let kept = "";
+    for await (const chunk of memberBytes(member).range(0, member.size, {})) {
+      if (kept.length < keep) kept += latin1(chunk.subarray(0, keep - kept.length));
+    }
+    return kept;
+  };
 
+  // The records torch reads before the pickle, with its rules for each.
+  const versionRecord = record(".data/version") ?? record("version");
+  if (versionRecord === undefined) fail("InvalidCheckpoint", `no ${root}version record; torch: 'Expected hasRecord("version") to be true'`);
+  // Digits past the 64th make a number past any version: the rest is checked, not kept.
+  const versionText = await head(versionRecord, 64);
+  const version = parseVersion(versionText);
+  if (version === undefined)
+    fail("InvalidCheckpoint", `the version record ${JSON.stringify(versionText.slice(0, 20))} is not a number; torch: "Couldn't parse the version"`);
+  if (version < 1n || version > BigInt(MAX_FILE_FORMAT_VERSION)) {
+    fail("InvalidCheckpoint", `file format version ${version}: torch reads versions 1 to ${MAX_FILE_FORMAT_VERSION}`);
+  }
+  const formatVersion = record(".format_version");
+  // torch compares it as bytes (>= b"1") and refuses nothing; read so that its size and CRC are checked, as torch reads it.
+  if (formatVersion !== undefined) await head(formatVersion, 0);
+  // torch reads the serialization id when it opens the archive, and nothing else of it.
+  const serializationId = record(".data/serialization_id");
+  if (serializationId !== undefined) await head(serializationId, 0);
   let bigEndian = false;
-  const byteorder = byName.get(`${root}byteorder`);
+  const byteorder = record("byteorder");
   if (byteorder !== undefined) {
-    const text = new TextDecoder().decode(await small(byteorder, 64, "the byteorder record")).trim();
-    if (text !== "little" && text !== "big") fail("InvalidCheckpoint", `the byteorder record says ${JSON.stringify(text.slice(0, 20))}, not "little" or "big"`);
+    const text = latin1(await small(byteorder, SMALL_RECORD, "the byteorder record"));
+    if (text !== "little" && text !== "big")
+      fail(
+        "InvalidCheckpoint",
+        `the byteorder record says ${JSON.stringify(text.slice(0, 20))}, not exactly "little" or "big"; torch: "Unknown endianness type"`,
+      );
     bigEndian = text === "big";
   }
+  const alignment = record(".storage_alignment");
+  if (alignment !== undefined) {
+    const text = latin1(await small(alignment, SMALL_RECORD, "the .storage_alignment record"));
+    if (!isPythonInt(text))
+      fail("InvalidCheckpoint", `the .storage_alignment record ${JSON.stringify(text.slice(0, 20))} is not an integer; torch: "invalid literal for int()"`);
+  }
+  const pickleMember = record("data.pkl");
+  if (pickleMember === undefined) fail("InvalidCheckpoint", `no ${root}data.pkl record (torch finds it only in the root folder, the first record's)`);
   const pickle = await small(pickleMember, options.maxPickleSize ?? MAX_PICKLE_SIZE, "the pickle");
-  const { value, opaqueCalls } = unpickle(pickle, torchHooks(), unpickleOptions(options));
+  const hooks = torchHooks("zip");
+  const { value, opaqueCalls } = unpickle(pickle, hooks, unpickleOptions(options));
   const named = nameTensors(value, opaqueCalls, options);
 
   const storages = new Map<string, StorageBytes>();
   const storageOf = (ref: StorageRef): StorageBytes => {
     let bytes = storages.get(ref.key);
     if (bytes === undefined) {
-      const member = byName.get(`${root}data/${ref.key}`);
+      const member = record(`data/${ref.key}`);
       if (member === undefined)
         fail("MissingStorage", `storage ${JSON.stringify(ref.key)} has no member ${JSON.stringify(`${root}data/${ref.key}`)} in the archive`);
       bytes = memberBytes(member);
@@ -327,7 +439,20 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
     }
     return bytes;
   };
-  return finish("torch-zip", named, storageOf, bigEndian, options);
+  const file = finish("torch-zip", named, storageOf, bigEndian, options);
+  // torch loads every storage the pickle declares, a tensor of the output or not, and refuses one
+  // whose record is missing or of another size ("record size ... does not match expected size").
+  for (const ref of hooks.storages.values()) {
+    if (storages.has(ref.key)) continue;
+    const bytes = storageOf(ref);
+    if (bytes.size !== ref.numel * ref.dtype.size) {
+      fail(
+        "StorageSizeMismatch",
+        `storage ${JSON.stringify(ref.key)} is declared as ${ref.numel} × ${ref.className} elements (${ref.numel * ref.dtype.size} bytes), but holds ${bytes.size} bytes`,
+      );
+    }
+  }
+  return file;
 }
 
 function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
@@ -379,18 +504,16 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
     const little = sysInfo.entries.get("slittle_endian")?.value;
     if (little === false) bigEndian = true;
   }
-  const hooks = torchHooks();
+  const hooks = torchHooks("legacy");
   const { value, end, opaqueCalls } = await pickleAt(source, at, options, "the object pickle", hooks);
   at += end;
   const named = nameTensors(value, opaqueCalls, options);
   const keysValue = await next("the storage key list");
-  if (keysValue === null || typeof keysValue !== "object" || keysValue.kind !== "list" || !keysValue.items.every((k) => typeof k === "string")) {
-    fail("InvalidCheckpoint", `the storage key list is ${describeValue(keysValue)}, not a list of str`);
-  }
+  const keys = storageKeys(keysValue);
   // Storage records follow in the key list's order: an 8-byte element count, then the elements.
   const declared = hooks.storages;
   const records = new Map<string, StorageBytes>();
-  for (const key of keysValue.items as string[]) {
+  for (const key of keys) {
     const ref = declared.get(key);
     if (at + 8 > source.size) fail("StorageSizeMismatch", `the file ends at byte ${source.size}, before the record of storage ${JSON.stringify(key)}`);
     const countBytes = await source.read(at, 8);
@@ -414,6 +537,42 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
     return bytes;
   };
   return finish("torch-legacy", named, storageOf, bigEndian, options);
+}
+
+/**
+ * The storage keys torch iterates (`for key in deserialized_storage_keys`): a list or a tuple in its
+ * order, a dict's keys. A set of more than one key is refused: its order is Python's string hash
+ * order, which changes from one process to the next, so the records would have no one meaning.
+ */
+function storageKeys(value: PickleValue): string[] {
+  let items: readonly PickleValue[] | undefined;
+  if (value !== null && typeof value === "object") {
+    if (value.kind === "list" || value.kind === "tuple") items = value.items;
+    else if (value.kind === "dict") items = [...value.entries.values()].map((e) => e.key);
+    else if (value.kind === "set") {
+      if (value.items.length > 1) {
+        fail(
+          "InvalidCheckpoint",
+          "the storage key list is a set of several keys: torch reads the records in the set's hash order, which varies from run to run",
+        );
+      }
+      items = value.items;
+    }
+  }
+  if (items === undefined || !items.every((k) => typeof k === "string")) {
+    return fail("InvalidCheckpoint", `the storage key list is ${describeValue(value)}, not a list of str`);
+  }
+  return items as string[];
+}
+
+/** Whether the first pickle of the file is the legacy magic number however it is spelled (torch unpickles it and compares). */
+async function startsWithLegacyMagic(source: ByteSource, options: TorchReadOptions): Promise<boolean> {
+  const bytes = await source.read(0, Math.min(source.size, LEGACY_FIRST_WINDOW));
+  try {
+    return unpickle(bytes, torchHooks("legacy"), { ...unpickleOptions(options), partial: true }).value === LEGACY_MAGIC;
+  } catch {
+    return false;
+  }
 }
 
 // ----- naming -----
@@ -666,7 +825,10 @@ function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEnd
   const length = Number(byteLength);
   const contiguous = isContiguous(ref.shape, ref.strides);
   const unit = bigEndian ? swapUnit(ref) : 1;
+  // torch reads a bool byte as its truth and gives 0x01 back for any non-zero one: so do we.
+  const bool = code === "BOOL";
   const maxWindow = options.maxGatherWindow ?? MAX_GATHER_WINDOW;
+  const tileSize = options.gatherTileSize ?? GATHER_TILE_SIZE;
   return {
     name,
     dtype: code,
@@ -681,7 +843,8 @@ function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEnd
         if (length === 0) return;
         if (contiguous) {
           for await (const chunk of storage.range(ref.offset * ref.dtype.size, length, unit > 1 ? { ...chunkOptions, reuse: false } : chunkOptions)) {
-            if (unit > 1) {
+            if (bool) yield normalizeBools(chunk);
+            else if (unit > 1) {
               const copy = new Uint8Array(chunk);
               swapBytesInPlace(copy, unit);
               yield copy;
@@ -689,9 +852,9 @@ function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEnd
           }
           return;
         }
-        for await (const chunk of gather(ref, storage, length, chunkOptions.chunkSize ?? DEFAULT_CHUNK_SIZE, maxWindow)) {
+        for await (const chunk of gather(ref, storage, length, chunkOptions.chunkSize ?? DEFAULT_CHUNK_SIZE, maxWindow, tileSize)) {
           if (unit > 1) swapBytesInPlace(chunk, unit);
-          yield chunk;
+          yield bool ? normalizeBools(chunk) : chunk;
         }
       } catch (error) {
         throw withContext(error, { tensor: name });
@@ -700,13 +863,36 @@ function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEnd
   };
 }
 
+/** The chunk with every non-zero byte as 0x01: a copy when one changes, the chunk itself otherwise. */
+function normalizeBools(chunk: Uint8Array): Uint8Array {
+  let i = 0;
+  while (i < chunk.byteLength && chunk[i]! <= 1) i++;
+  if (i === chunk.byteLength) return chunk;
+  const out = new Uint8Array(chunk);
+  for (; i < out.byteLength; i++) if (out[i]! > 1) out[i] = 1;
+  return out;
+}
+
 /**
  * A non-contiguous view's elements in C order, in chunks of at most `chunkSize` bytes (whole
- * elements). Trailing dimensions that are contiguous in the storage are copied as runs. The
- * stretch of storage the view spans is read into memory when it is at most `maxWindow` bytes;
- * otherwise each run is read from the storage on its own.
+ * elements). Trailing dimensions that are contiguous in the storage are copied as runs.
+ *
+ * Where the storage has random access, the view is gathered in tiles: the dimension whose
+ * elements lie next to each other in the storage (dimension 0 of a transposed weight) is cut into
+ * blocks of `T` indices, and each block's output (T whole rows, at most `tileSize` bytes) is filled
+ * by one read of T adjacent runs per index of the dimensions after it, then scattered into place.
+ * Reads are thus T runs long instead of one, and memory is one tile. A view with no such
+ * dimension is read run by run. Inside a deflated member (no random access) the stretch of storage
+ * the view spans is inflated into memory, up to `maxWindow` bytes.
  */
-async function* gather(ref: TensorRef, storage: StorageBytes, length: number, chunkSize: number, maxWindow: number): AsyncGenerator<Uint8Array> {
+async function* gather(
+  ref: TensorRef,
+  storage: StorageBytes,
+  length: number,
+  chunkSize: number,
+  maxWindow: number,
+  tileSize: number,
+): AsyncGenerator<Uint8Array> {
   const es = ref.dtype.size;
   // Dimensions of size 1 move nothing; adjacent dimensions that step as one are merged.
   const dims: { size: number; stride: number }[] = [];
@@ -724,36 +910,87 @@ async function* gather(ref: TensorRef, storage: StorageBytes, length: number, ch
   for (const d of dims) span += (d.size - 1) * d.stride;
   const windowBytes = (span + run) * es;
   const start = ref.offset * es;
+  const chunkBytes = Math.max(es, Math.floor(chunkSize / es) * es);
+
+  // Where the bytes come from: a window in memory, or the storage itself.
   let window: Uint8Array | undefined;
-  if (windowBytes <= maxWindow) {
+  const random = storage.read !== undefined;
+  if (!random || windowBytes <= Math.min(tileSize, maxWindow)) {
+    if (windowBytes > maxWindow) {
+      fail(
+        "Unsupported",
+        `a non-contiguous view spanning ${windowBytes} bytes of a deflated member (more than ${maxWindow}, maxGatherWindow) cannot be gathered`,
+      );
+    }
     if (storage.read !== undefined) window = await storage.read(start, windowBytes);
     else {
       const parts: Uint8Array[] = [];
       for await (const chunk of storage.range(start, windowBytes, {})) parts.push(new Uint8Array(chunk));
       window = concat(parts, windowBytes);
     }
-  } else if (storage.read === undefined) {
-    fail(
-      "Unsupported",
-      `a non-contiguous view spanning ${windowBytes} bytes of a deflated member (more than ${maxWindow}, maxGatherWindow) cannot be gathered`,
-    );
+  } else await storage.ready();
+  const readAt = async (element: number, target: Uint8Array): Promise<void> => {
+    if (window !== undefined) target.set(window.subarray(element * es, element * es + target.byteLength));
+    else if (storage.readInto !== undefined) storage.readInto(start + element * es, target);
+    else target.set(await storage.read!(start + element * es, target.byteLength));
+  };
+
+  // The tiled dimension: the one whose consecutive indices are consecutive runs in the storage.
+  let p = -1;
+  for (let i = dims.length - 1; i >= 0; i--) if (dims[i]!.stride === run) p = i;
+  const inner = p < 0 ? [] : dims.slice(p + 1);
+  const innerCount = inner.reduce((n, d) => n * d.size, 1);
+  const rowBytes = innerCount * runBytes;
+  const tile = p < 0 ? 1 : Math.min(dims[p]!.size, Math.max(1, Math.floor(tileSize / rowBytes)));
+
+  if (tile > 1) {
+    const outer = dims.slice(0, p);
+    const along = dims[p]!;
+    const outerIndex = new Array<number>(outer.length).fill(0);
+    const innerIndex = new Array<number>(inner.length).fill(0);
+    const outerCount = outer.reduce((n, d) => n * d.size, 1);
+    let outerBase = 0;
+    for (let o = 0; o < outerCount; o++) {
+      for (let t0 = 0; t0 < along.size; t0 += tile) {
+        const rows = Math.min(tile, along.size - t0);
+        const block = new Uint8Array(rows * rowBytes);
+        const piece = new Uint8Array(rows * runBytes);
+        let innerBase = 0;
+        for (let k = 0; k < innerCount; k++) {
+          await readAt(outerBase + t0 * along.stride + innerBase, piece);
+          scatter(piece, block, rows, runBytes, innerCount, k);
+          for (let d = inner.length - 1; d >= 0; d--) {
+            innerBase += inner[d]!.stride;
+            if (++innerIndex[d]! < inner[d]!.size) break;
+            innerBase -= inner[d]!.stride * inner[d]!.size;
+            innerIndex[d] = 0;
+          }
+        }
+        for (let at = 0; at < block.byteLength; at += chunkBytes) yield block.subarray(at, Math.min(at + chunkBytes, block.byteLength));
+      }
+      for (let d = outer.length - 1; d >= 0; d--) {
+        outerBase += outer[d]!.stride;
+        if (++outerIndex[d]! < outer[d]!.size) break;
+        outerBase -= outer[d]!.stride * outer[d]!.size;
+        outerIndex[d] = 0;
+      }
+    }
+    return;
   }
-  const chunkBytes = Math.max(es, Math.floor(chunkSize / es) * es);
+
+  // Run by run, into chunks.
   let out = new Uint8Array(Math.min(chunkBytes, length));
   let filled = 0;
   let produced = 0;
   const index = new Array<number>(dims.length).fill(0);
   let element = 0; // offset from the view's first element, in elements
   const runs = length / runBytes;
+  const piece = new Uint8Array(runBytes);
   for (let r = 0; r < runs; r++) {
-    let piece: Uint8Array;
-    if (window !== undefined) piece = window.subarray(element * es, element * es + runBytes);
-    else piece = await storage.read!(start + element * es, runBytes);
+    await readAt(element, piece);
     for (let at = 0; at < runBytes; ) {
       const take = Math.min(runBytes - at, out.byteLength - filled);
-      if (take === es && es <= 8) {
-        for (let b = 0; b < es; b++) out[filled + b] = piece[at + b]!;
-      } else out.set(piece.subarray(at, at + take), filled);
+      out.set(take === runBytes ? piece : piece.subarray(at, at + take), filled);
       filled += take;
       at += take;
       if (filled === out.byteLength) {
@@ -771,6 +1008,27 @@ async function* gather(ref: TensorRef, storage: StorageBytes, length: number, ch
     }
   }
   if (filled > 0) yield out.subarray(0, filled);
+}
+
+/**
+ * Puts the `rows` runs of `piece` (run `t` of output row `t`) at column `k` of `block`, whose rows
+ * hold `columns` runs each: a transpose of one column, by words where the run size allows.
+ */
+function scatter(piece: Uint8Array, block: Uint8Array, rows: number, runBytes: number, columns: number, k: number): void {
+  if (runBytes % 4 === 0 && runBytes <= 32) {
+    const w = runBytes / 4;
+    const from = new Uint32Array(piece.buffer, piece.byteOffset, piece.byteLength / 4);
+    const to = new Uint32Array(block.buffer, block.byteOffset, block.byteLength / 4);
+    for (let t = 0, at = k * w; t < rows; t++, at += columns * w) for (let j = 0; j < w; j++) to[at + j] = from[t * w + j]!;
+  } else if (runBytes === 2) {
+    const from = new Uint16Array(piece.buffer, piece.byteOffset, rows);
+    const to = new Uint16Array(block.buffer, block.byteOffset, block.byteLength / 2);
+    for (let t = 0, at = k; t < rows; t++, at += columns) to[at] = from[t]!;
+  } else if (runBytes === 1) {
+    for (let t = 0, at = k; t < rows; t++, at += columns) block[at] = piece[t]!;
+  } else {
+    for (let t = 0; t < rows; t++) block.set(piece.subarray(t * runBytes, (t + 1) * runBytes), (t * columns + k) * runBytes);
+  }
 }
 
 function identity(ref: TensorRef): string {

@@ -135,15 +135,26 @@ function invalid(rule: string): never {
   throw new StConvertError("InvalidTensor", rule);
 }
 
-/** A non-negative integer below 2^53 from the pickle, or a refusal naming `what`. */
-function count(value: PickleValue, what: string): number {
-  if (typeof value === "boolean" || typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
-    return invalid(`${what} is ${typeof value === "bigint" ? `${value}, past 2^53 - 1` : describeValue(value)}, not a non-negative integer`);
-  }
-  return value;
+/** torch's sizes, strides and offsets are C++ `int64_t`s; `INT64_MIN` is its "not a concrete integer" sentinel. */
+const INT64_MAX = 2n ** 63n - 1n;
+
+/**
+ * An integer argument as torch's argument parser takes it: an int in (-2^63, 2^63), never a bool
+ * (`set_()` refuses a bool where it wants an int).
+ */
+function int64(value: PickleValue, what: string): bigint {
+  if (typeof value === "boolean") return invalid(`${what} is a bool, which torch's set_() refuses where an int is wanted`);
+  if (typeof value !== "number" && typeof value !== "bigint") return invalid(`${what} is ${describeValue(value)}, not an integer`);
+  const n = BigInt(value);
+  if (n > INT64_MAX || n <= -INT64_MAX - 1n) return invalid(`${what} is ${n}, outside the 64-bit integers torch takes`);
+  return n;
 }
 
-function intTuple(value: PickleValue, what: string): number[] {
+/**
+ * A tuple of ints as torch's parser takes an int list: it checks the type of the first item only,
+ * so a bool after the first counts as 0 or 1 (Python's bool is an int), and one first is refused.
+ */
+function intTuple(value: PickleValue, what: string): bigint[] {
   // torch.Size pickles as REDUCE(torch.Size, (tuple,)): accepted where a tuple is.
   if (value !== null && typeof value === "object" && value.kind === "opaque" && value.callee === "torch.Size") {
     const args = value.given[0];
@@ -153,7 +164,18 @@ function intTuple(value: PickleValue, what: string): number[] {
     invalid(`${what} is ${describeValue(value)}, not a tuple`);
   const items = (value as { items: readonly PickleValue[] }).items;
   if (items.length > MAX_RANK) invalid(`${what} has ${items.length} dimensions, more than ${MAX_RANK}`);
-  return items.map((item, i) => count(item, `${what}[${i}]`));
+  return items.map((item, i) => (i > 0 && typeof item === "boolean" ? (item ? 1n : 0n) : int64(item, `${what}[${i}]`)));
+}
+
+/** `requires_grad` as torch checks it: a bool, and True only for floating-point and complex dtypes. */
+function checkRequiresGrad(value: PickleValue | undefined, tensorDtype: TorchDtype, where: string): void {
+  if (typeof value !== "boolean")
+    invalid(`${where}: requires_grad is ${value === undefined ? "missing" : describeValue(value)}, not a bool (torch: "requires_grad must be a bool")`);
+  if (value && !/^(float|bfloat|complex)/.test(tensorDtype.torchName)) {
+    invalid(
+      `${where}: requires_grad is True on a ${tensorDtype.torchName} tensor; torch: "only Tensors of floating point and complex dtype can require gradients"`,
+    );
+  }
 }
 
 /**
@@ -161,15 +183,16 @@ function intTuple(value: PickleValue, what: string): number[] {
  * or with a sixth item, `view_metadata` (legacy: `None` or `(view_key, offset, size)`).
  * @throws StConvertError `InvalidStorage`.
  */
-export function storageFromPersistentId(pid: PickleValue): PickleValue {
+export function storageFromPersistentId(pid: PickleValue, format: "zip" | "legacy" = "zip"): PickleValue {
   const invalidStorage = (rule: string): never => {
     throw new StConvertError("InvalidStorage", rule);
   };
   if (pid === null || typeof pid !== "object" || pid.kind !== "tuple") return invalidStorage(`a persistent id is ${describeValue(pid)}, not a storage tuple`);
   const [tag, cls, key, , numel, view] = pid.items;
   if (tag !== "storage") return invalidStorage(`a persistent id of type ${JSON.stringify(tag)} is not a storage (torch writes only 'storage')`);
-  if (pid.items.length !== 5 && pid.items.length !== 6)
-    return invalidStorage(`a storage persistent id has ${pid.items.length} items, not 5 (zip) or 6 (legacy)`);
+  // torch unpacks the items after the tag into exactly four (zip) or five (legacy) names.
+  const items = format === "zip" ? 5 : 6;
+  if (pid.items.length !== items) return invalidStorage(`a storage persistent id has ${pid.items.length} items, not the ${items} of a ${format} checkpoint`);
   if (cls === null || typeof cls !== "object" || cls.kind !== "global")
     return invalidStorage(`the storage class is ${describeValue(cls as PickleValue)}, not a symbol`);
   const className = `${cls.module}.${cls.name}`;
@@ -213,10 +236,11 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   if (!expected.includes(a.length)) invalid(`${where} takes ${expected.join(" or ")} arguments, not ${a.length}`);
   const storage = asTorch(a[0]!);
   if (storage?.kind !== "storage") invalid(`${where} is given ${describeValue(a[0]!)}, not a storage`);
-  const offset = count(a[1]!, "storage_offset");
-  const shape = intTuple(a[2]!, "size");
-  const strides = intTuple(a[3]!, "stride");
-  if (shape.length !== strides.length) invalid(`size has ${shape.length} dimensions but stride has ${strides.length}`);
+  const offset = int64(a[1]!, "storage_offset");
+  if (offset < 0n) invalid(`storage_offset is ${offset}; torch: "invalid storage offset"`);
+  const size = intTuple(a[2]!, "size");
+  const stride = intTuple(a[3]!, "stride");
+  if (size.length !== stride.length) invalid(`size has ${size.length} dimensions but stride has ${stride.length}`);
   let tensorDtype = storage.dtype;
   if (name === "_rebuild_tensor_v3") {
     const d = a[6]!;
@@ -227,10 +251,34 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
     }
     tensorDtype = found;
   }
+  if (name !== "_rebuild_tensor") checkRequiresGrad(a[4], tensorDtype, where);
+  // torch multiplies the sizes left to right in int64 ("numel: integer multiplication overflow"),
+  // so [2^32, 2^32, 0] overflows before the 0 and [0, 2^32, 2^32] does not.
+  let numel = 1n;
+  for (const d of size) {
+    if (d < 0n) invalid(`size holds ${d}; torch: "numel: integer multiplication overflow"`);
+    numel *= d;
+    if (numel > INT64_MAX) invalid(`the sizes [${size.join(", ")}] multiply past 2^63 - 1; torch: "numel: integer multiplication overflow"`);
+  }
+  const shape = size.map((d) => {
+    if (d > BigInt(Number.MAX_SAFE_INTEGER)) throw new StConvertError("Unsupported", `a dimension of ${d} is past 2^53 - 1`);
+    return Number(d);
+  });
+  // A stride only matters along a dimension of more than one element of a non-empty tensor; there
+  // torch refuses a negative one, elsewhere it takes any (given here as 0, which also cannot matter).
+  const strides = stride.map((s, i) => {
+    if (numel === 0n || shape[i] === 1) return s >= 0n && s <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(s) : 0;
+    if (s < 0n) invalid(`stride[${i}] is ${s} along a dimension of ${shape[i]}; torch: "Storage size calculation overflowed"`);
+    if (s > BigInt(Number.MAX_SAFE_INTEGER)) invalid(`stride[${i}] is ${s}, past 2^53 - 1: the view reaches past any storage`);
+    return Number(s);
+  });
+  // An empty tensor reads nothing: its offset cannot matter either.
+  const first = numel === 0n && offset > BigInt(Number.MAX_SAFE_INTEGER) ? 0 : Number(offset);
+  if (first > Number.MAX_SAFE_INTEGER) invalid(`storage_offset is ${offset}, past 2^53 - 1: the view starts past any storage`);
   // storage_offset counts elements of the tensor's dtype; a legacy view's offset, of the storage's.
   const viewBytes = storage.viewOffset * storage.dtype.size;
   if (viewBytes % tensorDtype.size !== 0) invalid(`a storage view starts at byte ${viewBytes}, inside an element of ${tensorDtype.torchName}`);
-  return native({ kind: "tensor", storage, dtype: tensorDtype, offset: offset + viewBytes / tensorDtype.size, shape, strides, rebuiltBy: where });
+  return native({ kind: "tensor", storage, dtype: tensorDtype, offset: first + viewBytes / tensorDtype.size, shape, strides, rebuiltBy: where });
 }
 
 /** Hooks that give the torch symbols their meaning, and the storages the pickle declared. */
@@ -244,12 +292,12 @@ export interface TorchHooks extends UnpicklerHooks {
  * (torch.save refuses to save one storage as two types).
  * @throws StConvertError `InvalidStorage` for a key declared two ways.
  */
-export function torchHooks(): TorchHooks {
+export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
   const storages = new Map<string, StorageRef>();
   return {
     storages,
     persistentLoad(pid) {
-      const made = storageFromPersistentId(pid);
+      const made = storageFromPersistentId(pid, format);
       const ref = asTorch(made) as StorageRef;
       const first = storages.get(ref.key);
       if (first === undefined) storages.set(ref.key, ref);
@@ -271,12 +319,23 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
     const symbol = `${callee.module}.${callee.name}`;
     if (callee.module === "torch._utils" && REBUILD_TENSOR.has(callee.name)) return rebuildTensor(callee.name, args);
     if (callee.module === "torch._utils" && REBUILD_PARAMETER.has(callee.name)) {
-      const data = args.items[0];
-      if (data === undefined || asTorch(data)?.kind !== "tensor")
-        invalid(`${symbol} is given ${data === undefined ? "nothing" : describeValue(data)}, not a tensor`);
+      const arity = callee.name === "_rebuild_parameter" ? 3 : 4;
+      if (args.items.length !== arity) invalid(`${symbol} takes ${arity} arguments, not ${args.items.length}`);
+      const data = args.items[0]!;
+      const tensor = asTorch(data);
+      if (tensor?.kind !== "tensor") invalid(`${symbol} is given ${describeValue(data)}, not a tensor`);
+      checkRequiresGrad(args.items[1], tensor.dtype, symbol);
       return data;
     }
+    if (callee.module === "torch" && (STORAGE_CLASSES.has(callee.name) || TORCH_DTYPES.has(callee.name))) {
+      // torch.load gives these as a StorageType or a torch.dtype, neither callable ("is not callable").
+      throw new StConvertError(
+        "UnpicklingError",
+        `${symbol} is called, but torch.load cannot call it (a ${STORAGE_CLASSES.has(callee.name) ? "storage class" : "dtype"} is not callable)`,
+      );
+    }
     if (symbol === "torch._tensor._rebuild_from_type_v2") {
+      if (args.items.length !== 4) invalid(`${symbol} takes 4 arguments (func, new_type, args, state), not ${args.items.length}`);
       const [func, type, funcArgs] = args.items;
       if (func === undefined || !isGlobal(func, "torch._utils") || !REBUILD_TENSOR.has(func.name)) {
         throw new StConvertError(

@@ -95,23 +95,26 @@ class PickleBuilder {
     return out;
   }
 
-  int(n: number): void {
+  int(value: number | bigint): void {
+    if (typeof value === "bigint" && value > BigInt(Number.MAX_SAFE_INTEGER)) {
+      this.long(value);
+      return;
+    }
+    const n = Number(value);
     if (n < 0x100) this.bytes(0x4b, n);
     else if (n < 0x10000) this.bytes(0x4d, n & 0xff, n >> 8);
     else if (n < 2 ** 31) {
       this.bytes(0x4a);
       this.#push(this.#u32(n));
-    } else {
-      // LONG1: the shortest two's-complement little-endian bytes.
-      const digits: number[] = [];
-      let v = BigInt(n);
-      while (v > 0n) {
-        digits.push(Number(v & 0xffn));
-        v >>= 8n;
-      }
-      if ((digits[digits.length - 1]! & 0x80) !== 0) digits.push(0);
-      this.bytes(0x8a, digits.length, ...digits);
-    }
+    } else this.long(BigInt(n));
+  }
+
+  /** LONG1: the shortest two's-complement little-endian bytes of a non-negative int. */
+  long(value: bigint): void {
+    const digits: number[] = [];
+    for (let v = value; v > 0n; v >>= 8n) digits.push(Number(v & 0xffn));
+    if ((digits[digits.length - 1]! & 0x80) !== 0) digits.push(0);
+    this.bytes(0x8a, digits.length, ...digits);
   }
 
   string(s: string): void {
@@ -157,7 +160,7 @@ class PickleBuilder {
     }
   }
 
-  intTuple(values: readonly number[]): void {
+  intTuple(values: readonly (number | bigint)[]): void {
     if (values.length === 0) {
       this.bytes(0x29);
       return;
@@ -178,15 +181,64 @@ class PickleBuilder {
   }
 }
 
-/** C-contiguous strides as torch computes them (a dimension of size 0 counts as 1). */
-function contiguousStrides(shape: readonly number[]): number[] {
-  const strides = new Array<number>(shape.length);
-  let step = 1;
+/** C-contiguous strides as torch computes them (a dimension of size 0 counts as 1), exact. */
+function contiguousStrides(shape: readonly number[]): bigint[] {
+  const strides = new Array<bigint>(shape.length);
+  let step = 1n;
   for (let i = shape.length - 1; i >= 0; i--) {
     strides[i] = step;
-    step *= Math.max(shape[i]!, 1);
+    step *= BigInt(Math.max(shape[i]!, 1));
   }
   return strides;
+}
+
+/** torch's sizes and strides are `int64_t`. */
+const INT64_MAX = 2n ** 63n - 1n;
+
+/** Largest rank written: the reader's `MAX_RANK` (numpy's `NPY_MAXDIMS`), so that every file written reads back. */
+const MAX_WRITE_RANK = 64;
+
+/**
+ * What torch.load would refuse in a tensor's shape, checked before the first byte: more than
+ * {@link MAX_WRITE_RANK} dimensions, sizes whose left-to-right product passes 2^63 − 1 (torch's
+ * "numel: integer multiplication overflow", [2^32, 2^32, 0]), or a C-order stride past it
+ * ([0, 2^32, 2^32]: torch.save could not have written it either).
+ */
+function checkShape(t: TensorEntry): void {
+  const refuse = (rule: string): never => {
+    throw new StConvertError("Unsupported", rule, { tensor: t.name });
+  };
+  if (t.shape.length > MAX_WRITE_RANK) refuse(`${t.shape.length} dimensions, more than the ${MAX_WRITE_RANK} a checkpoint is read with (MAX_RANK)`);
+  let numel = 1n;
+  for (const d of t.shape) {
+    numel *= BigInt(d);
+    if (numel > INT64_MAX) refuse(`the shape [${t.shape.join(", ")}] multiplies past 2^63 - 1 from the left, which torch.load refuses (numel overflow)`);
+  }
+  const strides = contiguousStrides(t.shape);
+  if (strides.length > 0 && strides[0]! * BigInt(Math.max(t.shape[0]!, 1)) > INT64_MAX) {
+    refuse(`the shape [${t.shape.join(", ")}] has C-order strides past 2^63 - 1, which torch cannot hold`);
+  }
+}
+
+/**
+ * A BOOL tensor's bytes must be 0 or 1: torch reads any other byte as True and gives 0x01 back, so
+ * the checkpoint would mean other bytes than the ones written. Refused (by name, before the first
+ * byte) rather than changed, since a conversion never alters bytes unasked.
+ */
+async function checkBoolBytes(t: TensorEntry): Promise<void> {
+  let index = 0;
+  for await (const chunk of t.chunks({ reuse: true })) {
+    for (let i = 0; i < chunk.byteLength; i++) {
+      if (chunk[i]! > 1) {
+        throw new StConvertError(
+          "Unsupported",
+          `element ${index + i} is the byte ${chunk[i]}, not a BOOL (0 or 1): torch would read it as True (0x01), so it cannot be written as it is`,
+          { tensor: t.name },
+        );
+      }
+    }
+    index += chunk.byteLength;
+  }
 }
 
 interface Planned {
@@ -202,6 +254,15 @@ function statePickle(planned: readonly Planned[]): Uint8Array {
   const p = new PickleBuilder();
   p.bytes(0x80, 2, 0x7d);
   p.put();
+  // A lone tensor named state_dict would be taken for a training checkpoint's wrapper and unwrapped
+  // by readers (st-convert's, safetensors' convert.py): one level deeper, it reads back as itself.
+  const wrapped = planned.length === 1 && planned[0]!.name === "state_dict";
+  if (wrapped) {
+    p.string("state_dict");
+    p.put();
+    p.bytes(0x7d);
+    p.put();
+  }
   const memoOf = new Map<string, number>();
   for (let start = 0; start < planned.length; start += BATCH) {
     const batch = planned.slice(start, start + BATCH);
@@ -240,6 +301,7 @@ function statePickle(planned: readonly Planned[]): Uint8Array {
     }
     p.bytes(batch.length > 1 ? 0x75 : 0x73); // SETITEMS, or SETITEM for a batch of one
   }
+  if (wrapped) p.bytes(0x73);
   p.bytes(0x2e);
   return p.finish();
 }
@@ -409,11 +471,13 @@ export async function writeTorch(source: TensorSource, sink: ByteSink, options: 
     if (TORCH_STORAGE[t.dtype] === undefined) {
       throw new StConvertError("Unsupported", `${t.dtype} has no torch dtype (torch packs no 4- or 6-bit floats this way)`, { tensor: t.name });
     }
+    checkShape(t);
     if (hasLoneSurrogate(t.name))
       throw new StConvertError("InvalidName", "the name holds a lone UTF-16 surrogate, which a pickle cannot encode", { tensor: t.name });
     if (seen.has(t.name)) throw new StConvertError("DuplicateKey", "two tensors have this name", { tensor: t.name });
     seen.add(t.name);
   }
+  for (const t of source.tensors) if (t.dtype === "BOOL") await checkBoolBytes(t);
   const planned: Planned[] = [];
   const keyOf = new Map<string, string>();
   source.tensors.forEach((tensor, i) => {

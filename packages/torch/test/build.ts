@@ -2,6 +2,7 @@
  * Byte-by-byte builders for hostile checkpoints: pickles opcode by opcode, and torch-style zips
  * from a pickle and storage records (stored members, CRCs computed unless given).
  */
+import { deflateRawSync } from "node:zlib";
 
 /** A pickle, assembled opcode by opcode. */
 export class Pickle {
@@ -108,23 +109,45 @@ export interface ZipMemberSpec {
   crc?: number;
   /** Header offset the directory records instead of the real one. */
   offset?: number;
+  /** General-purpose flags of the directory entry. */
+  flags?: number;
+  /** The name's raw bytes, instead of `name` encoded as UTF-8. */
+  rawName?: Uint8Array;
+  /** Deflate the data (method 8). */
+  deflate?: boolean;
+  /** The uncompressed size the archive records instead of the real one. */
+  size?: number;
+}
+
+/** Container-level changes to {@link zip}'s output. */
+export interface ZipOptions {
+  /** The entry count the end record declares. */
+  count?: number;
+  /** The end record's disk number. */
+  disk?: number;
+  /** Bytes before the archive (offsets then count from the archive's start, as if it were prepended). */
+  prefix?: Uint8Array;
 }
 
 /** A zip of stored members (no descriptors), the directory trusted by readers. */
-export function zip(members: readonly ZipMemberSpec[]): Uint8Array {
+export function zip(members: readonly ZipMemberSpec[], options: ZipOptions = {}): Uint8Array {
   const parts: Uint8Array[] = [];
   const central: Uint8Array[] = [];
   let at = 0;
   for (const m of members) {
-    const name = new TextEncoder().encode(m.name);
+    const name = m.rawName ?? new TextEncoder().encode(m.name);
     const crc = m.crc ?? crc32(m.data);
+    const stored = m.deflate === true ? new Uint8Array(deflateRawSync(m.data)) : m.data;
+    const size = m.size ?? m.data.byteLength;
+    const method = m.deflate === true ? 8 : 0;
     const local = new Uint8Array(30 + name.byteLength);
     const lv = new DataView(local.buffer);
     lv.setUint32(0, 0x04034b50, true);
     lv.setUint16(4, 20, true);
+    lv.setUint16(8, method, true);
     lv.setUint32(14, crc, true);
-    lv.setUint32(18, m.data.byteLength, true);
-    lv.setUint32(22, m.data.byteLength, true);
+    lv.setUint32(18, stored.byteLength, true);
+    lv.setUint32(22, size, true);
     lv.setUint16(26, name.byteLength, true);
     local.set(name, 30);
     const cd = new Uint8Array(46 + name.byteLength);
@@ -132,38 +155,52 @@ export function zip(members: readonly ZipMemberSpec[]): Uint8Array {
     cv.setUint32(0, 0x02014b50, true);
     cv.setUint16(4, 20, true);
     cv.setUint16(6, 20, true);
+    cv.setUint16(8, m.flags ?? 0, true);
+    cv.setUint16(10, method, true);
     cv.setUint32(16, crc, true);
-    cv.setUint32(20, m.data.byteLength, true);
-    cv.setUint32(24, m.data.byteLength, true);
+    cv.setUint32(20, stored.byteLength, true);
+    cv.setUint32(24, size, true);
     cv.setUint16(28, name.byteLength, true);
     cv.setUint32(42, m.offset ?? at, true);
     cd.set(name, 46);
     central.push(cd);
-    parts.push(local, m.data);
-    at += local.byteLength + m.data.byteLength;
+    parts.push(local, stored);
+    at += local.byteLength + stored.byteLength;
   }
   const cdSize = central.reduce((n, c) => n + c.byteLength, 0);
   const end = new Uint8Array(22);
   const ev = new DataView(end.buffer);
   ev.setUint32(0, 0x06054b50, true);
-  ev.setUint16(8, members.length, true);
-  ev.setUint16(10, members.length, true);
+  ev.setUint16(4, options.disk ?? 0, true);
+  ev.setUint16(8, options.count ?? members.length, true);
+  ev.setUint16(10, options.count ?? members.length, true);
   ev.setUint32(12, cdSize, true);
   ev.setUint32(16, at, true);
-  return Buffer.concat([...parts, ...central, end]);
+  return Buffer.concat([options.prefix ?? new Uint8Array(0), ...parts, ...central, end]);
 }
 
 /** A torch checkpoint zip: `archive/data.pkl`, `archive/byteorder`, `archive/data/<key>` for each storage. */
 export function torchZip(
   pickle: Uint8Array,
   storages: Record<string, Uint8Array> = {},
-  options: { crc?: Record<string, number>; byteorder?: string } = {},
+  options: { crc?: Record<string, number>; byteorder?: string; records?: Record<string, string | undefined>; extra?: readonly ZipMemberSpec[] } = {},
 ): Uint8Array {
+  // `records` replaces (a string) or drops (undefined) the small records; `extra` adds members after them.
+  const text = (name: string, fallback: string): ZipMemberSpec[] => {
+    if (options.records !== undefined && name in options.records) {
+      const value = options.records[name];
+      return value === undefined ? [] : [{ name: `archive/${name}`, data: new TextEncoder().encode(value) }];
+    }
+    return [{ name: `archive/${name}`, data: new TextEncoder().encode(fallback) }];
+  };
+  const more = Object.entries(options.records ?? {}).filter(([name, v]) => v !== undefined && name !== "byteorder" && name !== "version");
   return zip([
     { name: "archive/data.pkl", data: pickle },
-    { name: "archive/byteorder", data: new TextEncoder().encode(options.byteorder ?? "little") },
+    ...text("byteorder", options.byteorder ?? "little"),
+    ...more.map(([name, v]) => ({ name: `archive/${name}`, data: new TextEncoder().encode(v!) })),
     ...Object.entries(storages).map(([key, data]) => ({ name: `archive/data/${key}`, data, crc: options.crc?.[key] })),
-    { name: "archive/version", data: new TextEncoder().encode("3\n") },
+    ...text("version", "3\n"),
+    ...(options.extra ?? []),
   ]);
 }
 
