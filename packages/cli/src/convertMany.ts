@@ -5,7 +5,7 @@
  */
 import type { Stats } from "node:fs";
 import { mkdir, readdir, stat } from "node:fs/promises";
-import { basename, join, relative, resolve } from "node:path";
+import { basename, dirname, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
 import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
@@ -86,7 +86,8 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
     emit({ type: "failed", job: { input: problem.input, output: problem.output ?? "" }, error: undefined, message: problem.message });
   }
   emit({ type: "planned", jobs: planned });
-  if (options.dryRun !== true) {
+  // An output folder that did not exist holds no temporary file of an earlier run.
+  if (options.dryRun !== true && outDirInfo !== undefined) {
     // Once for the whole batch (each output folder read once), not once per file.
     for (const stale of await removeStaleTempFiles(planned.map((job) => job.output)).catch(() => [])) {
       const message = `removed ${stale}, a temporary file left by an interrupted run`;
@@ -97,13 +98,14 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   }
 
   let next = 0;
+  const folders = new Set<string>();
   const worker = async (): Promise<void> => {
     while (next < planned.length) {
       if (options.signal?.aborted === true) return;
       const index = next++;
       const job = planned[index]!;
       emit({ type: "start", job, index });
-      await runJob(job, options, summary, emit);
+      await runJob(job, options, summary, emit, folders);
     }
   };
   await Promise.all(Array.from({ length: Math.min(jobs, Math.max(planned.length, 1)) }, worker));
@@ -112,7 +114,14 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   return summary;
 }
 
-async function runJob(job: BatchJob, options: ConvertManyOptions, summary: BatchSummary, emit: (event: BatchEvent) => void): Promise<void> {
+/** Runs one conversion; `folders` are the output folders made so far (each is made once, not once per file). */
+async function runJob(
+  job: BatchJob,
+  options: ConvertManyOptions,
+  summary: BatchSummary,
+  emit: (event: BatchEvent) => void,
+  folders: Set<string>,
+): Promise<void> {
   const skip = (reason = "the output exists (--force replaces it)") => {
     summary.skipped.push({ ...job, reason });
     emit({ type: "skipped", job, reason });
@@ -123,7 +132,11 @@ async function runJob(job: BatchJob, options: ConvertManyOptions, summary: Batch
     return;
   }
   try {
-    await mkdir(resolve(job.output, ".."), { recursive: true });
+    const folder = dirname(job.output);
+    if (!folders.has(folder)) {
+      await mkdir(folder, { recursive: true });
+      folders.add(folder);
+    }
     const result = await convert(job.input, job.output, {
       ...options,
       to: options.to,
@@ -181,9 +194,7 @@ export async function planBatch(
   const problems: BatchSummary["failed"] = [];
   const outputs = new Map<string, string>();
   const outRoot = resolve(outDir);
-  const add = (input: string, relativePath: string): void => {
-    const output = join(outDir, withExtension(relativePath, to, formats));
-    const key = resolve(output);
+  const add = (input: string, relativePath: string, output = join(outDir, withExtension(relativePath, to, formats)), key = resolve(output)): void => {
     const first = outputs.get(key);
     if (first !== undefined) {
       problems.push({ input, output, code: "InvalidArgument", message: `${input}: converts to the same output as ${first} (${output}) [InvalidArgument]` });
@@ -216,11 +227,15 @@ export async function planBatch(
     const skip = resolve(input) === outRoot ? undefined : outRoot;
     for (const file of await walk(input, skip, formats)) found.push([file, relative(input, file)]);
   }
-  const outputsOfRun = new Set(found.map(([, rel]) => resolve(join(outDir, withExtension(rel, to, formats)))));
+  // Each found file's output, made once (a folder may hold thousands of files).
+  const outputsOfFound = found.map(([, rel]) => join(outDir, withExtension(rel, to, formats)));
+  const keysOfFound = outputsOfFound.map((output) => resolve(output));
+  const outputsOfRun = new Set(keysOfFound);
   for (const path of planned) outputsOfRun.add(resolve(path.output));
-  for (const [file, rel] of found) {
+  for (let i = 0; i < found.length; i++) {
+    const [file, rel] = found[i]!;
     if (outputsOfRun.has(resolve(file))) continue;
-    if (await looksLikeItsFormat(file, formats)) add(file, rel);
+    if (await looksLikeItsFormat(file, formats)) add(file, rel, outputsOfFound[i], keysOfFound[i]);
     else ignored.push(file);
   }
   return { planned, problems, ignored };

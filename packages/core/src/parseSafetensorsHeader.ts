@@ -12,7 +12,10 @@
  * It reads bytes, not a decoded string, and keeps what it finds column by column (typed arrays of
  * dtypes, offsets and dims; one string per name): a 100 MB header of 600,000 tensors then costs
  * its bytes, its names and a few bytes per tensor, instead of a second copy of the text, a
- * substring of it per name and a handful of objects and BigInts per tensor.
+ * substring of it per name and a handful of objects and BigInts per tensor. A header of ASCII
+ * text up to {@link SLICED_TEXT_MAX_BYTES} is also kept as text, its names slices of it: a decoder
+ * call per name costs more than the text, and the entries the reference writer spells are then
+ * read a regular expression at a time (what `info` of 10,000 tensors spends most of its time on).
  */
 import { DTYPES, type Dtype } from "./dtypes.js";
 import { NameIndex } from "./NameIndex.js";
@@ -62,8 +65,19 @@ export interface HeaderTable {
   readonly dims: Float64Array;
   /** Exact values past 2^53 − 1: key `d<index into dims>`, `b<tensor>` or `e<tensor>`. */
   readonly wideValues: ReadonlyMap<string, bigint>;
-  /** Name → position in header order (`names` is `nameIndex.names`). */
-  readonly nameIndex: NameIndex;
+  /**
+   * Name → position in header order (`names` is its `names`); undefined when the names come in
+   * strictly increasing order, as the reference writer sorts them, which makes them distinct
+   * without a set: {@link indexNames} builds one then, if a lookup needs it.
+   */
+  readonly nameIndex: NameIndex | undefined;
+}
+
+/** An index of names known to be distinct (a table's, when the parser needed none); it keeps an array of them of its own. */
+export function indexNames(names: readonly string[]): NameIndex {
+  const index = new NameIndex();
+  for (const name of names) index.add(name);
+  return index;
 }
 
 /** Dim `j` (an index into `table.dims`), exactly. */
@@ -156,12 +170,28 @@ const STRING_BYTE = Uint8Array.from({ length: 256 }, (_, c) => (c === 0x22 ? 1 :
 
 const asciiBytes = (text: string) => Uint8Array.from(text, (ch) => ch.charCodeAt(0));
 const DTYPE_BYTES = DTYPES.map((d) => asciiBytes(d.code));
+const DTYPE_CODES: readonly string[] = DTYPES.map((d) => d.code);
+/** An integer as {@link HeaderParser.writerEntry} takes it: no leading zero, at most 15 digits (exact in a double). */
+const WRITER_INTEGER = "(?:0|[1-9][0-9]{0,14})";
+/**
+ * `"name":{"dtype":"F32","shape":[4,4],"data_offsets":[0,64]}` as the reference writer spells it, in
+ * plain text (no quote, backslash or control character in a name): name, dtype, dims, begin, end.
+ */
+const WRITER_ENTRY = new RegExp(
+  `"([^"]*)":\\{"dtype":"([A-Z0-9_]+)","shape":\\[(${WRITER_INTEGER}(?:,${WRITER_INTEGER})*)?\\],"data_offsets":\\[(${WRITER_INTEGER}),(${WRITER_INTEGER})\\]\\}`,
+  "y",
+);
+/** What makes a header's text not plain (see `HeaderParser.plainText`). */
+const ESCAPE_OR_CONTROL = /[\\\u0000-\u001f]/;
 
 /** Tensor fields, as keys are classified. */
 const OTHER_FIELD = 0;
 const DTYPE_FIELD = 1;
 const SHAPE_FIELD = 2;
 const OFFSETS_FIELD = 3;
+const DTYPE_PREFIX = asciiBytes('{"dtype":"');
+const SHAPE_INFIX = asciiBytes('","shape":[');
+const OFFSETS_INFIX = asciiBytes(',"data_offsets":[');
 const DTYPE_BYTES_KEY = asciiBytes("dtype");
 const SHAPE_BYTES_KEY = asciiBytes("shape");
 const OFFSETS_BYTES_KEY = asciiBytes("data_offsets");
@@ -169,14 +199,33 @@ const OFFSETS_BYTES_KEY = asciiBytes("data_offsets");
 /** Growable columns of a {@link HeaderTable}. */
 class Columns {
   count = 0;
-  readonly nameIndex = new NameIndex();
-  dtypes = new Uint8Array(256);
-  begins = new Float64Array(256);
-  ends = new Float64Array(256);
-  shapeStarts = new Uint32Array(257);
-  dims = new Float64Array(512);
+  names: string[] = [];
+  /** Made at the first name not greater than the one before: only then can a name repeat. */
+  nameIndex: NameIndex | undefined;
+  // Room for 8 tensors at first, doubled as needed: arrays this small live on V8's heap, where a
+  // batch of 2,000 one-tensor files would otherwise allocate 10,000 buffers of a few KiB.
+  dtypes = new Uint8Array(8);
+  begins = new Float64Array(8);
+  ends = new Float64Array(8);
+  shapeStarts = new Uint32Array(9);
+  dims = new Float64Array(8);
   dimCount = 0;
   readonly wideValues = new Map<string, bigint>();
+
+  /** Adds a tensor's name; false (nothing added) if the header named it before. */
+  addName(name: string): boolean {
+    const names = this.names;
+    const n = names.length;
+    if (this.nameIndex === undefined) {
+      if (n === 0 || name > names[n - 1]!) {
+        names.push(name);
+        return true;
+      }
+      this.nameIndex = indexNames(names);
+      this.names = this.nameIndex.names;
+    }
+    return this.nameIndex.add(name);
+  }
 
   /** Room for one more tensor. */
   reserve(): void {
@@ -215,11 +264,26 @@ class HeaderParser {
   private keyStart = 0;
   private keyEnd = 0;
   private lastDtype = 0;
+  // The whole header as text when it is ASCII and at most SLICED_TEXT_MAX_BYTES: byte offsets are
+  // then string offsets, and a name is a slice of it rather than a decoder call (about 1 µs each).
+  private readonly text: string | undefined;
+  // The text, when it holds no backslash and no control character: every `"` then ends a string,
+  // found by `indexOf`, and a whole entry spelled as the writer spells it is matched by one
+  // regular expression (compiled to machine code, where a loop over bytes runs cold in a
+  // short-lived process and its optimization costs more than it saves at 10,000 tensors).
+  private readonly plainText: string | undefined;
+  // The shape text and dims of the last entry `writerTextEntry` read: neighbours usually share them.
+  private lastShapeText: string | undefined;
+  private lastShapeStart = 0;
+  private lastShapeEnd = 0;
 
   constructor(
     private readonly buf: Uint8Array,
     private readonly maxDepth: number,
-  ) {}
+  ) {
+    this.text = asciiText(buf);
+    this.plainText = this.text !== undefined && !ESCAPE_OR_CONTROL.test(this.text) ? this.text : undefined;
+  }
 
   parse(): HeaderTable {
     let metadata: Record<string, string> | null = null;
@@ -233,7 +297,13 @@ class HeaderParser {
     c = this.peek();
     if (c === 0x7d /* } */) this.pos++;
     else {
+      const plain = this.plainText;
       for (;;) {
+        if (plain !== undefined && this.writerTextEntry(plain)) {
+          if (this.commaOr(0x7d, "object")) break;
+          c = this.peek();
+          continue;
+        }
         if (c !== 0x22 /* " */) this.keyExpected(c);
         const key = this.string();
         this.colon();
@@ -242,7 +312,7 @@ class HeaderParser {
           sawMetadata = true;
           metadata = this.metadata();
         } else {
-          if (!columns.nameIndex.add(key)) {
+          if (!columns.addName(key)) {
             throw this.error(
               "DuplicateKey",
               `duplicate tensor name ${quoteName(key)} (the format forbids duplicate keys; the reference reader would silently keep the last)`,
@@ -260,7 +330,7 @@ class HeaderParser {
     return {
       metadata,
       count: n,
-      names: columns.nameIndex.names,
+      names: columns.names,
       dtypes: columns.dtypes.subarray(0, n),
       begins: columns.begins.subarray(0, n),
       ends: columns.ends.subarray(0, n),
@@ -313,7 +383,9 @@ class HeaderParser {
     let sawShape = false;
     let sawOffsets = false;
     let c = this.peek();
-    if (c === 0x5b /* [ */) {
+    const written = c === 0x7b ? this.writerEntry(i) : -1;
+    if (written !== -1) dtype = written;
+    else if (c === 0x5b /* [ */) {
       // serde builds a struct from a sequence of its fields in declaration order.
       this.enter();
       const at = this.pos;
@@ -372,6 +444,139 @@ class HeaderParser {
     columns.shapeStarts[i] = shapeStart;
     columns.count = i + 1;
     columns.shapeStarts[i + 1] = columns.dimCount;
+  }
+
+  /**
+   * The entry at the cursor (on its `{`) when it is spelled as the reference writer spells it:
+   * `{"dtype":"F32","shape":[4,4],"data_offsets":[0,64]}`, no whitespace, fields in that order,
+   * integers of 1 to 15 digits without a leading zero. Returns the dtype's rank with the shape and
+   * offsets stored, the cursor after the `}`; or -1 for any other spelling, nothing stored and the
+   * cursor unmoved, for the general path to read. One loop without calls (a short-lived process
+   * runs this code cold, where the general path's calls cost several µs a tensor), for headers
+   * not read as plain text (see `writerTextEntry`). What it accepts, the general path reads to the
+   * same result.
+   */
+  private writerEntry(i: number): number {
+    if (this.depth + 2 > this.maxDepth) return -1;
+    const buf = this.buf;
+    const n = buf.length;
+    const columns = this.columns;
+    const shapeStart = columns.dimCount;
+    let p = this.pos;
+    if (!bytesAt(buf, p, DTYPE_PREFIX)) return -1;
+    p += DTYPE_PREFIX.length;
+    const codeStart = p;
+    while (p < n && STRING_BYTE[buf[p]!] === 0) p++;
+    if (buf[p] !== 0x22) return -1;
+    const length = p - codeStart;
+    let rank = -1;
+    for (let r = -1; r < DTYPE_BYTES.length && rank === -1; r++) {
+      const candidate = r === -1 ? this.lastDtype : r;
+      const code = DTYPE_BYTES[candidate]!;
+      if (code.length !== length) continue;
+      let k = 0;
+      while (k < length && code[k] === buf[codeStart + k]) k++;
+      if (k === length) rank = candidate;
+    }
+    if (rank === -1 || !bytesAt(buf, p, SHAPE_INFIX)) return -1;
+    p += SHAPE_INFIX.length;
+    // Dims, then the two offsets: `count` numbers read, each followed by `,` or `]`.
+    let begin = 0;
+    let part = 0; // 0: dims, 1: begin, 2: end
+    if (buf[p] === 0x5d) {
+      p++;
+      if (!bytesAt(buf, p, OFFSETS_INFIX)) return -1;
+      p += OFFSETS_INFIX.length;
+      part = 1;
+    }
+    for (;;) {
+      const first = buf[p];
+      if (first === undefined || first < 0x30 || first > 0x39) break;
+      let v = first - 0x30;
+      const digitsStart = p++;
+      let c = buf[p];
+      if (first !== 0x30) {
+        while (c !== undefined && c >= 0x30 && c <= 0x39) {
+          v = v * 10 + (c - 0x30);
+          c = buf[++p];
+        }
+      }
+      if (p - digitsStart > 15 || (c !== 0x2c && c !== 0x5d)) break;
+      p++;
+      if (part === 0) {
+        columns.pushDim(v, undefined);
+        if (c === 0x5d) {
+          if (!bytesAt(buf, p, OFFSETS_INFIX)) break;
+          p += OFFSETS_INFIX.length;
+          part = 1;
+        }
+      } else if (part === 1) {
+        if (c !== 0x2c) break;
+        begin = v;
+        part = 2;
+      } else {
+        if (c !== 0x5d || buf[p] !== 0x7d) break;
+        columns.begins[i] = begin;
+        columns.ends[i] = v;
+        this.pos = p + 1;
+        this.lastDtype = rank;
+        return rank;
+      }
+    }
+    columns.dimCount = shapeStart;
+    return -1;
+  }
+
+  /**
+   * The next `"name":{…}` of the top-level object, at the cursor, when `plain` (the header's
+   * text, see `plainText`) spells it as the reference writer does ({@link writerEntry}) and the
+   * name is a new tensor's: read and stored, the cursor after its `}`. False, with nothing stored
+   * and the cursor unmoved, for anything else (metadata, another spelling, a repeated name), which
+   * the general path then reads, and refuses where it must.
+   */
+  private writerTextEntry(plain: string): boolean {
+    if (this.depth + 2 > this.maxDepth) return false;
+    WRITER_ENTRY.lastIndex = this.pos;
+    const m = WRITER_ENTRY.exec(plain);
+    if (m === null) return false;
+    // Indexed, not destructured: destructuring goes through the iterator protocol, slow in cold code.
+    const name = m[1]!;
+    const code = m[2]!;
+    const shape: string | undefined = m[3];
+    let rank = this.lastDtype;
+    if (DTYPE_CODES[rank] !== code) rank = DTYPE_CODES.indexOf(code);
+    const columns = this.columns;
+    if (rank === -1 || name === "__metadata__" || !columns.addName(name)) return false;
+    columns.reserve();
+    const i = columns.count;
+    const shapeStart = columns.dimCount;
+    if (shape !== undefined && shape === this.lastShapeText) {
+      for (let j = this.lastShapeStart; j < this.lastShapeEnd; j++) columns.pushDim(columns.dims[j]!, undefined);
+    } else if (shape !== undefined) {
+      let v = 0;
+      for (let k = 0; k < shape.length; k++) {
+        const digit = shape.charCodeAt(k) - 0x30;
+        if (digit >= 0) v = v * 10 + digit;
+        else {
+          columns.pushDim(v, undefined); // a comma
+          v = 0;
+        }
+      }
+      columns.pushDim(v, undefined);
+    }
+    this.lastShapeText = shape;
+    this.lastShapeStart = shapeStart;
+    this.lastShapeEnd = columns.dimCount;
+    // Up to 15 digits: Number() is exact.
+    columns.begins[i] = Number(m[4]);
+    columns.ends[i] = Number(m[5]);
+    columns.dtypes[i] = rank;
+    columns.shapeStarts[i] = shapeStart;
+    columns.count = i + 1;
+    columns.shapeStarts[i + 1] = columns.dimCount;
+    this.lastDtype = rank;
+    this.pos = WRITER_ENTRY.lastIndex;
+    return true;
   }
 
   /** The dtype at the cursor, as its rank. */
@@ -542,6 +747,13 @@ class HeaderParser {
   /** The string at the cursor (on its opening quote), decoded. */
   private string(): string {
     const start = this.pos + 1;
+    if (this.plainText !== undefined) {
+      const end = this.plainText.indexOf('"', start);
+      if (end !== -1) {
+        this.pos = end + 1;
+        return this.plainText.slice(start, end);
+      }
+    }
     const end = this.plainEnd(start);
     if (this.buf[end] === 0x22) {
       this.pos = end + 1;
@@ -552,6 +764,7 @@ class HeaderParser {
 
   /** Bytes `[start, end)` as text. */
   private decode(start: number, end: number): string {
+    if (this.text !== undefined) return this.text.slice(start, end);
     try {
       return utf8.decode(this.buf.subarray(start, end));
     } catch {
@@ -841,6 +1054,32 @@ class HeaderParser {
     const { line, column } = lineAndColumn(this.buf, at);
     return new StConvertError(code, `${rule} at line ${line} column ${column}`);
   }
+}
+
+/** Whether `bytes` stand in `buf` at `at`. */
+function bytesAt(buf: Uint8Array, at: number, bytes: Uint8Array): boolean {
+  if (at + bytes.length > buf.length) return false;
+  for (let k = 0; k < bytes.length; k++) if (buf[at + k] !== bytes[k]) return false;
+  return true;
+}
+
+/**
+ * Largest header whose text is kept whole while its names are in use (names are slices of it):
+ * a 16 MiB header costs 16 MiB more this way, and a larger one is decoded name by name.
+ */
+const SLICED_TEXT_MAX_BYTES = 16 * 1024 * 1024;
+
+/** The header as text when it is ASCII only (one byte a character) and not too large to keep, else undefined. */
+function asciiText(buf: Uint8Array): string | undefined {
+  if (buf.length > SLICED_TEXT_MAX_BYTES) return undefined;
+  let text: string;
+  try {
+    text = utf8.decode(buf);
+  } catch {
+    return undefined; // not UTF-8: the parser says where
+  }
+  // Valid UTF-8 decodes to as many UTF-16 units as bytes only when every byte is ASCII.
+  return text.length === buf.length ? text : undefined;
 }
 
 function isDigit(c: number | undefined): boolean {

@@ -8,7 +8,7 @@
 import { type ByteInput, type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, arraySink, readRange, toByteSource } from "./ByteSource.js";
 import { DTYPES, type Dtype, dtypeInfo, toSafeNumber } from "./dtypes.js";
 import { NameIndex } from "./NameIndex.js";
-import { type HeaderTable, MAX_HEADER_DEPTH, exactBegin, exactDim, exactEnd, parseHeaderTable } from "./parseSafetensorsHeader.js";
+import { type HeaderTable, MAX_HEADER_DEPTH, exactBegin, exactDim, exactEnd, indexNames, parseHeaderTable } from "./parseSafetensorsHeader.js";
 import { StConvertError, quoteName, withContext } from "./StConvertError.js";
 import {
   type ChunkOptions,
@@ -79,7 +79,8 @@ export const COALESCED_READ_SIZE = 1024 * 1024;
  * offsets, overflow-checked element and bit counts, byte boundaries, byte lengths; finally, that
  * the tensors cover the file exactly.
  *
- * Memory: the header's bytes while it is parsed, then its names and about 100 bytes per tensor.
+ * Memory: the header's bytes while it is parsed, then its names and about 100 bytes per tensor
+ * (and, for a header of ASCII text up to 16 MiB, that text, of which the names are slices).
  * Small tensors adjacent in the file are read together (see {@link SMALL_TENSOR_SIZE}) when they
  * are asked for in file order, as writers do.
  *
@@ -119,7 +120,9 @@ export async function readSafetensors(input: ByteInput, options: SafetensorsRead
   } catch (error) {
     throw withContext(error, { file: source.name });
   }
-  const { nameIndex } = table;
+  // Made on the first lookup by name when the parser needed none: a listing never looks one up.
+  let nameIndex = table.nameIndex;
+  const { names } = table;
   const tensors = data.tensors;
   return {
     format: "safetensors",
@@ -127,6 +130,7 @@ export async function readSafetensors(input: ByteInput, options: SafetensorsRead
     headerLength,
     tensors,
     tensor(name: string): SafetensorsTensor {
+      nameIndex ??= indexNames(names);
       const found = nameIndex.get(name);
       if (found === -1) fail("TensorNotFound", "tensor not found", name);
       return tensors[fileIndex[found]!]!;
@@ -149,9 +153,18 @@ function validateLayout(table: HeaderTable, data: FileData, fail: Fail): Uint32A
   const exact = table.wideValues.size === 0;
   const compare = (a: number, b: number): number => (exact ? begins[a]! - begins[b]! || ends[a]! - ends[b]! : compareOffsets(table, a, b)) || a - b;
   let sorted = true;
-  for (let i = 1; i < count && sorted; i++) sorted = compare(i - 1, i) < 0;
-  const order = Array.from({ length: count }, (_, i) => i);
-  if (!sorted) order.sort(compare);
+  if (exact) {
+    // compare(i - 1, i) < 0, written out: this loop runs cold, once per tensor.
+    for (let i = 1; i < count && sorted; i++) sorted = begins[i - 1]! < begins[i]! || (begins[i - 1] === begins[i] && ends[i - 1]! <= ends[i]!);
+  } else {
+    for (let i = 1; i < count && sorted; i++) sorted = compare(i - 1, i) < 0;
+  }
+  let order: number[] | undefined;
+  if (!sorted) {
+    order = [];
+    for (let i = 0; i < count; i++) order.push(i);
+    order.sort(compare);
+  }
 
   const shapes = new ShapeCache();
   const fileIndex = new Uint32Array(count);
@@ -160,7 +173,7 @@ function validateLayout(table: HeaderTable, data: FileData, fail: Fail): Uint32A
   let start = 0;
   let wideStart: bigint | undefined;
   for (let k = 0; k < count; k++) {
-    const i = order[k]!;
+    const i = order === undefined ? k : order[k]!;
     const name = names[i]!;
     const dtype = DTYPES[dtypes[i]!]!;
     const begin = begins[i]!;
@@ -262,6 +275,8 @@ const EMPTY_SHAPE: readonly number[] = Object.freeze([]);
  */
 class ShapeCache {
   readonly #byKey = new Map<string | number, readonly number[]>();
+  // The shape returned last: neighbours usually share theirs, found without building a key.
+  #last: readonly number[] = EMPTY_SHAPE;
 
   /**
    * The shape of header position `i`.
@@ -271,6 +286,19 @@ class ShapeCache {
     const from = table.shapeStarts[i]!;
     const to = table.shapeStarts[i + 1]!;
     if (from === to) return EMPTY_SHAPE;
+    const { dims } = table;
+    const last = this.#last;
+    if (last.length === to - from) {
+      // A NaN dim (past 2^53 − 1) equals nothing, so it never matches here.
+      let j = from;
+      while (j < to && dims[j] === last[j - from]) j++;
+      if (j === to) return last;
+    }
+    this.#last = this.#lookUp(table, from, to, name);
+    return this.#last;
+  }
+
+  #lookUp(table: HeaderTable, from: number, to: number, name: string): readonly number[] {
     const { dims } = table;
     let key: string | number = dims[from]!;
     for (let j = from + 1; j < to; j++) key = `${key},${dims[j]}`;
