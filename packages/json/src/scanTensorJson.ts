@@ -96,6 +96,22 @@ export interface ScannedTensor {
   readonly escaped: boolean;
 }
 
+/**
+ * Makes the record of a scanned tensor from the fields of {@link ScannedTensor}, in their order:
+ * positional, so that the scan builds each record once (500,000 of them, no intermediate object).
+ */
+export type MakeTensor<T> = (
+  name: string,
+  dtype: Dtype,
+  shape: readonly number[],
+  byteLength: number,
+  encoding: "values" | "base64",
+  start: number,
+  end: number,
+  dims: readonly number[],
+  escaped: boolean,
+) => T;
+
 /** The whole document, scanned: its tensors as `make` made them. */
 export interface ScannedDocument<T = ScannedTensor> {
   readonly metadata: Record<string, string> | null;
@@ -189,9 +205,97 @@ class DataScan {
     this.expectValue = true;
     this.justOpened = false;
     this.leaves = 0;
-    if (this.kinds !== 0) this.firstLeaf.fill(-1);
+    if (this.kinds !== 0) {
+      const firstLeaf = this.firstLeaf;
+      for (let k = 0; k < firstLeaf.length; k++) firstLeaf[k] = -1;
+    }
     this.kinds = 0;
     this.done = false;
+  }
+
+  /**
+   * A flat list of plain numbers (`[1.5, -2, 3e-7]`, or `[]`) lying whole in `buf` from `i`, on
+   * its `[`: the state {@link reset} then {@link run} leave after it, made in one loop over locals,
+   * for the many small tensors of a checkpoint. Returns the end of the list, or −1 for anything
+   * else (nesting, strings, a number that is malformed or cut by the end of `buf`), which `run`
+   * then reads from the start and refuses where it must.
+   */
+  flat(buf: Uint8Array, i: number, name: string, maxArrays: number, fail: (code: JsonErrorCode, rule: string) => never): number {
+    if (maxArrays < 1) return -1;
+    const n = buf.length;
+    const firstLeaf = this.firstLeaf;
+    if (this.kinds !== 0) {
+      for (let k = 0; k < firstLeaf.length; k++) firstLeaf[k] = -1;
+      this.kinds = 0;
+    }
+    let kinds = 0;
+    let count = 0;
+    let j = i + 1;
+    while (j < n && isWhitespace(buf[j]!)) j++;
+    if (j >= n) return -1;
+    if (buf[j] === 0x5d) j++;
+    else {
+      for (;;) {
+        // The grammar of numberEnd, inline, as in numberRun.
+        const d = buf[j]!;
+        let k = d === 0x2d ? j + 1 : j;
+        if (k >= n) return -1;
+        let e = buf[k]!;
+        let nonZero = e !== 0x30;
+        if (e === 0x30) k++;
+        else if (e >= 0x31 && e <= 0x39) for (k++; k < n && (buf[k]! - 0x30) >>> 0 < 10; k++);
+        else return -1;
+        let float = false;
+        if (k < n && buf[k] === 0x2e) {
+          float = true;
+          const fraction = ++k;
+          for (; k < n && (e = buf[k]! - 0x30) >>> 0 < 10; k++) if (e !== 0) nonZero = true;
+          if (k === fraction) return -1;
+        }
+        if (k < n && (buf[k] === 0x65 || buf[k] === 0x45)) {
+          float = true;
+          k++;
+          if (k < n && (buf[k] === 0x2b || buf[k] === 0x2d)) k++;
+          const exponent = k;
+          while (k < n && (buf[k]! - 0x30) >>> 0 < 10) k++;
+          if (k === exponent) return -1;
+        }
+        if (k - j > MAX_NUMBER_LENGTH) return -1;
+        const kind = (float ? Leaf.Float : Leaf.Integer) | (d === 0x2d && nonZero ? Leaf.Negative : 0);
+        if ((kinds & kind) !== kind) {
+          for (const bit of LEAF_BITS) if (kind & bit && !(kinds & bit)) firstLeaf[bitIndex(bit)] = count;
+          kinds |= kind;
+        }
+        count++;
+        j = k;
+        while (j < n && isWhitespace(buf[j]!)) j++;
+        if (j >= n) return -1;
+        const c = buf[j]!;
+        if (c === 0x5d) {
+          j++;
+          break;
+        }
+        if (c !== 0x2c) return -1;
+        j++;
+        while (j < n && isWhitespace(buf[j]!)) j++;
+        if (j >= n) return -1;
+      }
+    }
+    this.name = name;
+    this.maxArrays = maxArrays;
+    this.fail = fail;
+    this.depth = 0;
+    this.levels = 1;
+    this.counts[0] = count;
+    this.dims[0] = count;
+    this.leafDepth = count > 0 ? 1 : -1;
+    this.maxArrayLevel = 0;
+    this.expectValue = false;
+    this.justOpened = false;
+    this.leaves = count;
+    this.kinds = kinds;
+    this.done = true;
+    return j;
   }
 
   /**
@@ -304,9 +408,80 @@ class DataScan {
         this.done = true;
         return i;
       }
+      i = this.numberRun(buf, i);
     }
     if (final) this.syntax("unexpected end of input inside data", i);
     return i;
+  }
+
+  /**
+   * The run of numbers that follows a value in its array (`, 1.5, -2, 3e-7`): what {@link run}
+   * does with them, in a loop of its own over locals. Stops, leaving the token to `run`, at
+   * anything else: a `]`, a string, a number cut by the end of `buf` or malformed, one more than
+   * the level's length, or a kind of number not seen before in this value (whose first leaf `run`
+   * records).
+   */
+  private numberRun(buf: Uint8Array, i: number): number {
+    const n = buf.length;
+    const level = this.depth - 1;
+    const counts = this.counts;
+    let count = counts[level]!;
+    const dim = this.dims[level]!;
+    const kinds = this.kinds;
+    const start = count;
+    let at = i;
+    while (i < n) {
+      const c = buf[i]!;
+      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) {
+        i++;
+        continue;
+      }
+      if (c !== 0x2c) break;
+      let j = i + 1;
+      while (j < n && isWhitespace(buf[j]!)) j++;
+      if (j >= n) break;
+      const d = buf[j]!;
+      if (d !== 0x2d && (d < 0x30 || d > 0x39)) break;
+      if (dim !== -1 && count >= dim) break;
+      // The number's grammar, inline (numberEnd's, for the tokens it accepts and a delimiter
+      // after them; anything else is left to `run`, which says what is wrong).
+      let k = d === 0x2d ? j + 1 : j;
+      if (k >= n) break;
+      let e = buf[k]!;
+      let nonZero = e !== 0x30;
+      if (e === 0x30) k++;
+      else if (e >= 0x31 && e <= 0x39) for (k++; k < n && (buf[k]! - 0x30) >>> 0 < 10; k++);
+      else break;
+      let float = false;
+      if (k < n && buf[k] === 0x2e) {
+        float = true;
+        const fraction = ++k;
+        for (; k < n && (e = buf[k]! - 0x30) >>> 0 < 10; k++) if (e !== 0) nonZero = true;
+        if (k === fraction) break;
+      }
+      if (k < n && (buf[k] === 0x65 || buf[k] === 0x45)) {
+        float = true;
+        k++;
+        if (k < n && (buf[k] === 0x2b || buf[k] === 0x2d)) k++;
+        const exponent = k;
+        while (k < n && (buf[k]! - 0x30) >>> 0 < 10) k++;
+        if (k === exponent) break;
+      }
+      if (k >= n || k - j > MAX_NUMBER_LENGTH) break;
+      e = buf[k]!;
+      if (!(e === 0x2c || e === 0x5d || e === 0x20 || e === 0x0a || e === 0x0d || e === 0x09)) break;
+      const kind = (float ? Leaf.Float : Leaf.Integer) | (d === 0x2d && nonZero ? Leaf.Negative : 0);
+      if ((kinds & kind) !== kind) break;
+      count++;
+      i = k;
+      at = k;
+    }
+    if (count !== start) {
+      this.leaves += count - start;
+      counts[level] = count;
+    }
+    // From after the last value taken: `run` reads on from there (its whitespace, its comma).
+    return at;
   }
 
   private cut(buf: Uint8Array, i: number): number {
@@ -351,10 +526,37 @@ class DataScan {
     }
   }
 
-  /** The dims of the value as written: the array lengths, then nothing (values at the deepest level). */
-  writtenDims(): number[] {
-    return this.dims.slice(0, this.leafDepth === -1 ? this.levels : this.leafDepth);
+  /**
+   * The dims of the value as written: the array lengths, then nothing (values at the deepest
+   * level). `shape` or `last` itself when equal to either (the common cases: nested as the shape,
+   * or flat like the tensor before), so that 500,000 small tensors keep no array each for it.
+   */
+  writtenDims(shape: readonly number[], last: readonly number[]): readonly number[] {
+    const n = this.leafDepth === -1 ? this.levels : this.leafDepth;
+    if (sameDims(this.dims, n, shape)) return shape;
+    if (sameDims(this.dims, n, last)) return last;
+    return this.dims.slice(0, n);
   }
+}
+
+/** True when `dims[0..n)` are the numbers of `other`. */
+function sameDims(dims: readonly number[], n: number, other: readonly number[]): boolean {
+  if (other.length !== n) return false;
+  for (let k = 0; k < n; k++) if (dims[k] !== other[k]) return false;
+  return true;
+}
+
+/**
+ * `shape[0..n)` as an array of its own, exactly that long (a pushed-to array keeps room for 16
+ * more), or `last` when equal to it: runs of same-shaped tensors share one array (read-only, as
+ * every reader's shapes are).
+ */
+function exactShape(shape: readonly number[], n: number, last: readonly number[]): readonly number[] {
+  if (sameDims(shape, n, last)) return last;
+  if (n === 0) return [];
+  if (n === 1) return [shape[0]!];
+  if (n === 2) return [shape[0]!, shape[1]!];
+  return shape.slice(0, n);
 }
 
 /** The result of scanning a `data_base64` string. */
@@ -412,11 +614,16 @@ class Scanner<T> {
   private cutStringAt = -1;
   private cutStringScanned = 0;
   private cutStringEscaped = false;
+  /** The shape and the written dims of the last tensor, which the next may share (see {@link exactShape}). */
+  private lastShape: readonly number[] = [];
+  private lastDims: readonly number[] = [];
+  /** Dims of the shape being read by {@link tensorFast}. */
+  private readonly shapeScratch: number[] = [];
 
   constructor(
     private readonly source: ByteSource,
     options: ScanOptions,
-    private readonly make: (t: ScannedTensor) => T,
+    private readonly make: MakeTensor<T>,
   ) {
     this.w = new ByteWindow(source, 0, source.size, options.windowSize ?? DEFAULT_CHUNK_SIZE);
     this.maxDepth = options.maxDepth ?? MAX_JSON_DEPTH;
@@ -664,7 +871,7 @@ class Scanner<T> {
             metadata = yield* this.readMetadata();
           } else {
             if (state === AT_KEY && !names.add(key)) this.duplicate(key);
-            tensors.push(this.make(yield* this.readTensor(key, pathName(key))));
+            tensors.push(yield* this.readTensor(key, pathName(key)));
           }
         }
         let more: number;
@@ -699,7 +906,7 @@ class Scanner<T> {
       if (!names.add(key)) this.duplicate(key);
       const tensor = this.tensorFast(key);
       if (tensor === undefined) return AT_VALUE;
-      tensors.push(this.make(tensor));
+      tensors.push(tensor);
       const more = this.nextMember("");
       if (more === NEED) return AFTER_MEMBER;
       if (more === 0) return MEMBERS_END;
@@ -743,7 +950,7 @@ class Scanner<T> {
     return metadata;
   }
 
-  private *readTensor(name: string, path: string): Generator<void, ScannedTensor, void> {
+  private *readTensor(name: string, path: string): Generator<void, T, void> {
     const w = this.w;
     this.tensorName = name;
     const fail = this.tensorFail;
@@ -807,15 +1014,17 @@ class Scanner<T> {
     if (shape === undefined) return fail("InvalidTensor", `${path}: no "shape"`);
     if (values && base64 !== undefined) return fail("InvalidTensor", `${path}: both "data" and "data_base64"; give one`);
     if (!values && base64 === undefined) return fail("InvalidTensor", `${path}: no "data" or "data_base64"`);
-    return this.finishTensor(name, dtype, shape, base64);
+    return this.finishTensor(name, dtype, shape, shape.length, base64);
   }
 
   /**
    * The record of a tensor whose entry has been read: `base64` for a `data_base64` one, else its
    * `data` was the last scanned (`data`, `dataStart`, `dataEnd`).
    */
-  private finishTensor(name: string, dtype: Dtype, shape: number[], base64: Base64Scan | undefined): ScannedTensor {
+  private finishTensor(name: string, dtype: Dtype, readShape: readonly number[], rank: number, base64: Base64Scan | undefined): T {
     const fail = this.tensorFail;
+    const shape = exactShape(readShape, rank, this.lastShape);
+    this.lastShape = shape;
     let byteLength: number;
     try {
       byteLength = tensorByteLength(dtype, shape);
@@ -828,7 +1037,7 @@ class Scanner<T> {
       if (base64.decoded !== byteLength) {
         fail("ByteLengthMismatch", `${pathName(name)}.data_base64: decodes to ${base64.decoded} bytes, ${dtype} [${shape.join(", ")}] needs ${byteLength}`);
       }
-      return { name, dtype, shape, byteLength, encoding: "base64", start: base64.start, end: base64.end, dims: NO_DIMS, escaped: base64.escaped };
+      return this.make(name, dtype, shape, byteLength, "base64", base64.start, base64.end, NO_DIMS, base64.escaped);
     }
     const codec = valueCodec(dtype);
     if (codec === undefined) {
@@ -838,10 +1047,11 @@ class Scanner<T> {
       );
     }
     const scan = this.data;
-    const dims = scan.writtenDims();
+    const dims = scan.writtenDims(shape, this.lastDims);
+    this.lastDims = dims;
     checkDims(name, dtype, shape, dims, scan.leaves, fail);
     checkKinds(name, codec, scan, dims, fail);
-    return { name, dtype, shape, byteLength, encoding: "values", start: this.dataStart, end: this.dataEnd, dims, escaped: false };
+    return this.make(name, dtype, shape, byteLength, "values", this.dataStart, this.dataEnd, dims, false);
   }
 
   /**
@@ -851,7 +1061,7 @@ class Scanner<T> {
    * cursor back where it was, for anything else, which `readTensor` then reads, and refuses
    * where it must. (What it refuses itself, inside a value, is what `readTensor` would refuse.)
    */
-  private tensorFast(name: string): ScannedTensor | undefined {
+  private tensorFast(name: string): T | undefined {
     const w = this.w;
     const buf = w.buf;
     const start = w.i;
@@ -873,7 +1083,8 @@ class Scanner<T> {
     if (i < 0) return undefined;
     i = skipWhitespace(buf, i);
     if (buf[i] !== 0x5b) return undefined;
-    const shape: number[] = [];
+    const shape = this.shapeScratch;
+    let rank = 0;
     i = skipWhitespace(buf, i + 1);
     if (buf[i] === 0x5d) i++;
     else {
@@ -882,7 +1093,7 @@ class Scanner<T> {
         let k = i;
         while (k < buf.length && buf[k]! >= 0x30 && buf[k]! <= 0x39 && k - i <= 15) k++;
         if (k === i || k - i > 15 || (buf[i] === 0x30 && k - i > 1)) return undefined;
-        shape.push(digitsValue(buf, i, k));
+        shape[rank++] = digitsValue(buf, i, k);
         i = skipWhitespace(buf, k);
         if (buf[i] === 0x5d) {
           i++;
@@ -902,9 +1113,13 @@ class Scanner<T> {
       if (i >= buf.length) return undefined;
       const scan = this.data;
       this.dataStart = w.base + i;
-      scan.reset(name, this.maxDepth - 2, this.tensorFail);
-      i = scan.run(buf, i, w.drained);
-      if (!scan.done) return undefined;
+      const end = buf[i] === 0x5b ? scan.flat(buf, i, name, this.maxDepth - 2, this.tensorFail) : -1;
+      if (end >= 0) i = end;
+      else {
+        scan.reset(name, this.maxDepth - 2, this.tensorFail);
+        i = scan.run(buf, i, w.drained);
+        if (!scan.done) return undefined;
+      }
       this.dataEnd = w.base + i;
       this.dataBytes += this.dataEnd - this.dataStart;
     } else {
@@ -928,7 +1143,7 @@ class Scanner<T> {
       return undefined;
     }
     w.i = i + 1;
-    return this.finishTensor(name, dtype, shape, base64);
+    return this.finishTensor(name, dtype, shape, rank, base64);
   }
 
   private *readShape(path: string, fail: (code: JsonErrorCode, rule: string) => never): Generator<void, number[], void> {
@@ -1223,6 +1438,9 @@ function checkDims(
   const same = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((v, i) => v === b[i]);
   if (same(dims, expected)) return;
   if (same(dims, pair ? [count, 2] : [count])) return;
+  // The flat list of no [re, im] pairs is `[]`, which has no level to show the pair: what the
+  // writer writes for every empty C64 tensor ([0], [3, 0]).
+  if (pair && count === 0 && dims.length === 1 && dims[0] === 0) return;
   if (count === 0 && leaves === 0 && dims.length > 0 && dims.length <= shape.length && dims[dims.length - 1] === 0 && same(dims, shape.slice(0, dims.length)))
     return;
   const written = dims.length === 0 ? "a bare value" : `arrays of dims [${dims.join(", ")}]`;
@@ -1273,7 +1491,8 @@ function checkKinds(name: string, codec: ValueCodec, scan: DataScan, dims: reado
 export function scanTensorJson<T = ScannedTensor>(
   source: ByteSource,
   options: ScanOptions = {},
-  make: (t: ScannedTensor) => T = (t) => t as T,
+  make: MakeTensor<T> = (name, dtype, shape, byteLength, encoding, start, end, dims, escaped) =>
+    ({ name, dtype, shape, byteLength, encoding, start, end, dims, escaped }) as T,
 ): Promise<ScannedDocument<T>> {
   return new Scanner(source, options, make).scan();
 }

@@ -15,15 +15,6 @@ export interface Decimal {
   e: number;
 }
 
-// 10^0 … 10^22 are exact doubles; beyond, the correctly rounded value (error ≤ half an ulp).
-// Float32 values need |e| ≤ 47.
-const POW10: number[] = Array.from({ length: 64 }, (_, i) => Number(`1e${i}`));
-
-/** v × 10^-e with one rounding where the power is exact (|e| ≤ 22), two beyond. */
-function scaleDown(v: number, e: number): number {
-  return e >= 0 ? v / POW10[e]! : v * POW10[-e]!;
-}
-
 /**
  * The shortest decimal `d` with `accepts(Number(d))`, where `x` itself is accepted and the
  * accepted set is an interval (the preimage of one value under a monotone rounding). Exact: every
@@ -97,19 +88,34 @@ const E0 = Int32Array.from({ length: 256 }, (_, i) => Math.floor(Math.log10(POW2
 const E0_EDGE = Int32Array.from({ length: 256 }, (_, i) => Math.floor(Math.log10(0.75 * POW2[i === 0 ? 1 : i]!)));
 const EPS = 1e-6;
 const f32 = new Float32Array(1);
+const bitsScratch = new Uint32Array(1);
+const floatScratch = new Float32Array(bitsScratch.buffer);
 
 /**
- * Takes `k × 10^e` as the result if it reads back (through float64) as the float32 `x`: surely
- * when it lies clear of the interval's ends [tlo, thi] (in units of 10^e), else checked exactly
- * by parsing (slow, for the rare candidates at an end).
+ * Whether `k × 10^e` reads back (through float64) as the float32 `x`: surely when it lies clear
+ * of the interval's ends [tlo, thi] (in units of 10^e), else checked exactly by parsing (slow,
+ * for the rare candidates at an end). Inlined by V8 (small), so its doubles stay unboxed.
  */
-function settle(k: number, e: number, x: number, tlo: number, thi: number, out: Decimal): boolean {
-  if (!(k > tlo + EPS && k < thi - EPS) && Math.fround(Number(`${k}e${e}`)) !== x) return false;
-  out.k = k;
-  out.e = e;
-  stripZeros(out);
-  return true;
+function settles(k: number, e: number, x: number, tlo: number, thi: number): boolean {
+  return (k > tlo + EPS && k < thi - EPS) || Math.fround(Number(`${k}e${e}`)) === x;
 }
+
+/** Takes `k × 10^e`, less its trailing zeros, as the result. k < 2^24 × 10: int32 arithmetic, not a float modulo. */
+function settle(k: number, e: number, out: Decimal): void {
+  let digits = k | 0;
+  while (digits % 10 === 0) {
+    digits = (digits / 10) | 0;
+    e++;
+  }
+  out.k = digits;
+  out.e = e;
+}
+/**
+ * 10^-e at index e + 64, each the double nearest to it: scaling by a product rather than a
+ * quotient (a division costs several multiplications). Two roundings instead of one; the scaled
+ * values stay within ~2e-16 relative (~4e-8 absolute: they are below 2^24 × 10), far inside EPS.
+ */
+const INV10 = Float64Array.from({ length: 128 }, (_, i) => Number(`1e${64 - i}`));
 
 /**
  * The shortest decimal of a positive, finite float32 value `x` (with its bits), nearest to `x`
@@ -124,9 +130,19 @@ function settle(k: number, e: number, x: number, tlo: number, thi: number, out: 
  * candidate within 1e-6 of an end is checked exactly by parsing, so the decimal → double →
  * float32 double rounding is honoured. Agrees with {@link shortestDecimal} (tested).
  */
-export function shortestFloat32(x: number, bits: number, out: Decimal): void {
-  const expField = (bits >>> 23) & 0xff;
-  const mant = bits & 0x7fffff;
+export function shortestFloat32(bits: number, out: Decimal): void {
+  shortestFloat32Of((bits >>> 23) & 0xff, bits & 0x7fffff, out);
+}
+
+/**
+ * {@link shortestFloat32} of the value with exponent field `expField` and mantissa field
+ * `mant`: the writer's entry, once per element. Both are small integers and the value is made
+ * from them here: V8 does not inline this function, and it boxes any argument that is a double
+ * or an integer past 2^30 (a float32's bits for |x| ≥ 2), an allocation per element.
+ */
+export function shortestFloat32Of(expField: number, mant: number, out: Decimal): void {
+  bitsScratch[0] = (expField << 23) | mant;
+  const x = floatScratch[0]!;
   const ulp = POW2[expField === 0 ? 1 : expField]!;
   const hi = x + ulp / 2;
   // Just above a power of two the neighbour below is half as far.
@@ -136,15 +152,20 @@ export function shortestFloat32(x: number, bits: number, out: Decimal): void {
 
   // One multiple of 10^(e0+1) at most.
   let e = e0 + 1;
-  let tlo = scaleDown(lo, e);
-  let thi = scaleDown(hi, e);
+  let scale = INV10[e + 64]!;
+  let tlo = lo * scale;
+  let thi = hi * scale;
   let k = Math.floor(thi + EPS);
-  if (k > 0 && k >= tlo - EPS && settle(k, e, x, tlo, thi, out)) return;
+  if (k > 0 && k >= tlo - EPS && settles(k, e, x, tlo, thi)) {
+    settle(k, e, out);
+    return;
+  }
 
   e = e0;
-  tlo = scaleDown(lo, e);
-  thi = scaleDown(hi, e);
-  const tx = scaleDown(x, e);
+  scale = INV10[e + 64]!;
+  tlo = lo * scale;
+  thi = hi * scale;
+  const tx = x * scale;
   const kmin = Math.ceil(tlo - EPS);
   const kmax = Math.floor(thi + EPS);
   k = Math.floor(tx);
@@ -157,11 +178,21 @@ export function shortestFloat32(x: number, bits: number, out: Decimal): void {
   if (k > kmax) k = kmax;
   // Walk inwards from an end until a candidate reads back; the interior ones always do.
   for (let tries = 0; tries < 4 && k >= kmin && k <= kmax; tries++) {
-    if (settle(k, e, x, tlo, thi, out)) return;
+    if (settles(k, e, x, tlo, thi)) {
+      settle(k, e, out);
+      return;
+    }
     k += k - tlo < thi - k ? 1 : -1;
   }
-  // A safety net for a boundary case the walk above would miss (none is known: the tests
-  // compare this function with the exact search over millions of patterns).
+  exactShortestFloat32(x, out);
+}
+
+/**
+ * The safety net of {@link shortestFloat32Of} for a boundary case its walk would miss (none is
+ * known: the tests compare it with the exact search over millions of patterns). A function of its
+ * own: a closure over the caller's `x` would make V8 allocate a context at every call.
+ */
+function exactShortestFloat32(x: number, out: Decimal): void {
   const d = shortestDecimal(x, (y) => {
     f32[0] = y;
     return f32[0] === x;
@@ -178,24 +209,97 @@ export function shortestFloat32(x: number, bits: number, out: Decimal): void {
  */
 export function writeDecimal(out: Uint8Array, pos: number, negative: boolean, k: number, e: number): number {
   if (negative) out[pos++] = 0x2d;
-  // Digits of k, least significant first, into the scratch area (int32 arithmetic when it fits:
-  // float division and modulo cost more than formatting everything else).
-  let p = 0;
-  if (k <= 0x7fffffff) {
-    let v = k | 0;
-    for (; v >= 100; ) {
-      const q = (v / 100) | 0;
-      const r = 2 * (v - q * 100);
-      DIGITS[p++] = PAIRS[r + 1]!;
-      DIGITS[p++] = PAIRS[r]!;
-      v = q;
-    }
-    if (v >= 10) {
-      DIGITS[p++] = PAIRS[2 * v + 1]!;
-      DIGITS[p++] = PAIRS[2 * v]!;
-    } else DIGITS[p++] = 0x30 + v;
-  } else for (let v = k; v > 0; v = Math.floor(v / 10)) DIGITS[p++] = 0x30 + (v % 10);
+  if (k > 0x7fffffff) return writeWideDecimal(out, pos, k, e);
+  // Digits go straight to their places, last first, two per division by a constant (int32).
+  const v = k | 0;
+  const p = digitCount(v);
   const n = p + e; // the decimal point sits after n digits
+  if (n > 0 && n <= 15) {
+    if (e >= 0) {
+      writeDigits(out, pos, v, p);
+      pos += p;
+      for (let i = 0; i < e; i++) out[pos++] = 0x30;
+      return pos;
+    }
+    // n integer digits, a point, p - n fraction digits.
+    let rest = v;
+    let at = pos + p + 1;
+    let fraction = p - n;
+    for (; fraction >= 2; fraction -= 2) {
+      const q = (rest / 100) | 0;
+      const r = 2 * (rest - q * 100);
+      out[--at] = PAIRS[r + 1]!;
+      out[--at] = PAIRS[r]!;
+      rest = q;
+    }
+    if (fraction === 1) {
+      const q = (rest / 10) | 0;
+      out[--at] = 0x30 + (rest - q * 10);
+      rest = q;
+    }
+    out[--at] = 0x2e;
+    writeDigits(out, pos, rest, n);
+    return pos + p + 1;
+  }
+  if (n <= 0 && n > -6) {
+    out[pos++] = 0x30;
+    out[pos++] = 0x2e;
+    for (let i = n; i < 0; i++) out[pos++] = 0x30;
+    writeDigits(out, pos, v, p);
+    return pos + p;
+  }
+  // d.ddde±X: the first digit, then the others after a point.
+  if (p > 1) {
+    const tens = POW10_INT[p - 1]!;
+    const lead = (v / tens) | 0;
+    out[pos++] = 0x30 + lead;
+    out[pos++] = 0x2e;
+    writeDigits(out, pos, v - lead * tens, p - 1);
+    pos += p - 1;
+  } else out[pos++] = 0x30 + v;
+  return writeExponent(out, pos, n - 1);
+}
+
+/** `e±X` for the exponent `x`. */
+function writeExponent(out: Uint8Array, pos: number, x: number): number {
+  out[pos++] = 0x65;
+  if (x < 0) {
+    out[pos++] = 0x2d;
+    x = -x;
+  } else out[pos++] = 0x2b;
+  if (x >= 100) out[pos++] = 0x30 + Math.floor(x / 100);
+  if (x >= 10) out[pos++] = 0x30 + (Math.floor(x / 10) % 10);
+  out[pos++] = 0x30 + (x % 10);
+  return pos;
+}
+
+/** 10^0 … 10^9, the powers an int32 digit count needs. */
+const POW10_INT = Int32Array.from({ length: 10 }, (_, i) => 10 ** i);
+
+/** Decimal digits of a positive int32. */
+function digitCount(v: number): number {
+  if (v < 100_000) return v < 100 ? (v < 10 ? 1 : 2) : v < 1000 ? 3 : v < 10_000 ? 4 : 5;
+  return v < 10_000_000 ? (v < 1_000_000 ? 6 : 7) : v < 100_000_000 ? 8 : v < 1_000_000_000 ? 9 : 10;
+}
+
+/** Writes the int32 `v` < 10^count as exactly `count` digits (leading zeros) at `at`. */
+function writeDigits(out: Uint8Array, at: number, v: number, count: number): void {
+  let i = at + count;
+  for (; count >= 2; count -= 2) {
+    const q = (v / 100) | 0;
+    const r = 2 * (v - q * 100);
+    out[--i] = PAIRS[r + 1]!;
+    out[--i] = PAIRS[r]!;
+    v = q;
+  }
+  if (count === 1) out[--i] = 0x30 + v;
+}
+
+/** {@link writeDecimal} for k past 2^31 (wider types' tables; never a float32). */
+function writeWideDecimal(out: Uint8Array, pos: number, k: number, e: number): number {
+  let p = 0;
+  for (let v = k; v > 0; v = Math.floor(v / 10)) DIGITS[p++] = 0x30 + (v % 10);
+  const n = p + e;
   if (n > 0 && n <= 15) {
     if (e >= 0) {
       for (let i = p - 1; i >= 0; i--) out[pos++] = DIGITS[i]!;
@@ -219,16 +323,7 @@ export function writeDecimal(out: Uint8Array, pos: number, negative: boolean, k:
     out[pos++] = 0x2e;
     for (let i = p - 2; i >= 0; i--) out[pos++] = DIGITS[i]!;
   }
-  out[pos++] = 0x65;
-  let x = n - 1;
-  if (x < 0) {
-    out[pos++] = 0x2d;
-    x = -x;
-  } else out[pos++] = 0x2b;
-  if (x >= 100) out[pos++] = 0x30 + Math.floor(x / 100);
-  if (x >= 10) out[pos++] = 0x30 + (Math.floor(x / 10) % 10);
-  out[pos++] = 0x30 + (x % 10);
-  return pos;
+  return writeExponent(out, pos, n - 1);
 }
 
 const DIGITS = new Uint8Array(32);

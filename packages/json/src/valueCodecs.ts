@@ -6,7 +6,7 @@
  */
 import type { Dtype } from "@st-convert/core";
 import { type MinifloatCodec, OVERFLOW, minifloat } from "./minifloats.js";
-import { type Decimal, decimalText, shortestDecimal, shortestFloat32, writeDecimal } from "./shortestDecimal.js";
+import { type Decimal, decimalText, shortestDecimal, shortestFloat32Of, writeDecimal } from "./shortestDecimal.js";
 
 /** Kinds of leaves in a `data` array, as bit flags. */
 export const Leaf = {
@@ -194,6 +194,188 @@ export function parseNumberToken(text: Uint8Array, start: number, end: number): 
   return negative ? -value : value;
 }
 
+/** 10^0 … 10^308, each the double nearest to it (exact up to 10^22). */
+const POW10 = Array.from({ length: 309 }, (_, i) => Number(`1e${i}`));
+/**
+ * Relative distance around an approximate decimal value within which its correctly rounded
+ * float64 surely lies: at most 4 roundings of 2^-53 in {@link parseFloat32Token} plus the
+ * rounding of the decimal to float64 itself, about 5.6e-16, with room to spare.
+ */
+const F32_SLACK = 1e-15;
+
+/**
+ * A JSON number token read as F32 values are (the nearest float64, then the nearest float32),
+ * for a finite result; NaN when the token needs the exact route ({@link parseNumberToken}, then
+ * rounding to float32): an overflow, or the rare value whose float64 could lie on either side of
+ * a float32 rounding boundary. Checks the syntax as {@link parseNumberToken} does.
+ *
+ * Why it is exact: the float64 of the token lies within {@link F32_SLACK} of the value computed
+ * here from up to 19 significant digits, and rounding to float32 is monotone, so when both ends
+ * of that range round to the same float32, so does the float64. Most tokens of up to 15 digits
+ * and a small exponent are exact doubles already (Clinger's fast path), the rest, such as the 17
+ * digits Python writes for a float32 as a float64, end here without a string or `Number()`.
+ * @throws ValueError `InvalidValue` for a malformed token.
+ */
+export function parseFloat32Token(text: Uint8Array, start: number, end: number): number {
+  let i = start;
+  const negative = text[i] === 0x2d;
+  if (negative) i++;
+  // Significant digits: the first 15 in `hi` (exact), up to 4 more in `lo`.
+  let hi = 0;
+  let lo = 0;
+  let loDigits = 0;
+  let digits = 0;
+  let exp10 = 0;
+  let c = 0;
+  const intStart = i;
+  for (; i < end; i++) {
+    c = text[i]!;
+    const d = c - 0x30;
+    if (d < 0 || d > 9) break;
+    if (digits < 15) {
+      hi = hi * 10 + d;
+      if (hi !== 0) digits++;
+    } else if (digits < 19) {
+      lo = lo * 10 + d;
+      loDigits++;
+      digits++;
+    } else exp10++;
+  }
+  if (i === intStart || (text[intStart] === 0x30 && i - intStart > 1)) notANumber(text, start, end);
+  if (i < end && c === 0x2e) {
+    const fracStart = ++i;
+    for (; i < end; i++) {
+      c = text[i]!;
+      const d = c - 0x30;
+      if (d < 0 || d > 9) break;
+      if (digits < 15) {
+        hi = hi * 10 + d;
+        exp10--;
+        if (hi !== 0) digits++;
+      } else if (digits < 19) {
+        lo = lo * 10 + d;
+        loDigits++;
+        digits++;
+        exp10--;
+      }
+    }
+    if (i === fracStart) notANumber(text, start, end);
+  }
+  if (i < end && (c === 0x65 || c === 0x45)) {
+    i++;
+    let expNegative = false;
+    if (i < end && (text[i] === 0x2b || text[i] === 0x2d)) expNegative = text[i++] === 0x2d;
+    const expStart = i;
+    let exp = 0;
+    for (; i < end; i++) {
+      const d = text[i]! - 0x30;
+      if (d < 0 || d > 9) break;
+      if (exp < 1e8) exp = exp * 10 + d;
+    }
+    if (i === expStart) notANumber(text, start, end);
+    exp10 += expNegative ? -exp : exp;
+  }
+  if (i !== end) notANumber(text, start, end);
+  if (hi === 0 && lo === 0) return negative ? -0 : 0;
+  let value: number;
+  if (loDigits === 0 && exp10 >= -22 && exp10 <= 22) {
+    // Clinger: both operands exact, one rounding, the float64 itself.
+    value = Math.fround(exp10 >= 0 ? hi * POW10[exp10]! : hi / POW10[-exp10]!);
+  } else {
+    const m = hi * POW10[loDigits]! + lo;
+    // Below 10^-360 (m < 10^19) the float64 is far below half the least float32: a zero.
+    if (exp10 < -360) return negative ? -0 : 0;
+    if (exp10 > 300 || exp10 < -300) return NaN;
+    const v = exp10 >= 0 ? m * POW10[exp10]! : m / POW10[-exp10]!;
+    value = Math.fround(v);
+    if (Math.fround(v * (1 - F32_SLACK)) !== value || Math.fround(v * (1 + F32_SLACK)) !== value) return NaN;
+  }
+  if (value === Infinity) return NaN;
+  return negative ? -value : value;
+}
+
+/** Where the last {@link storeFloat32Run} stopped: the next leaf. */
+export let storedUpTo = 0;
+
+/**
+ * The reader's fast path for F32 and C64 `data`: stores float leaves `leaf` up to `endLeaf` into
+ * `floats` (leaf `leaf` goes to slot `leaf - base`) from `buf[i..]`, parsing each number as it
+ * finds its end, for as long as the numbers are plain: up to 15 significant digits, a decimal
+ * exponent within ±22 (then both operands are exact and one rounding makes the float64:
+ * Clinger's fast path), and a finite float32. Returns where it stopped, with the next leaf in
+ * {@link storedUpTo}: at the end of the bytes, before a number they cut (unless `final`), or at
+ * any other leaf (a string, a longer number, a malformed one), which the general path then reads
+ * (and refuses where it must).
+ */
+export function storeFloat32Run(buf: Uint8Array, i: number, final: boolean, floats: Float32Array, base: number, leaf: number, endLeaf: number): number {
+  const n = buf.length;
+  run: while (i < n && leaf < endLeaf) {
+    let c = buf[i]!;
+    if (c === 0x2c || c === 0x20 || c === 0x5b || c === 0x5d || c === 0x0a || c === 0x0d || c === 0x09) {
+      i++;
+      continue;
+    }
+    let j = i;
+    const negative = c === 0x2d;
+    if (negative) j++;
+    if (j >= n) break;
+    c = buf[j]!;
+    if (c < 0x30 || c > 0x39) break;
+    let m = c - 0x30;
+    let digits = m === 0 ? 0 : 1;
+    j++;
+    if (m !== 0) {
+      for (; j < n; j++) {
+        c = buf[j]!;
+        const d = c - 0x30;
+        if (d < 0 || d > 9) break;
+        m = m * 10 + d;
+        if (++digits > 15) break run;
+      }
+    } else if (j < n) c = buf[j]!;
+    let exp10 = 0;
+    if (j < n && c === 0x2e) {
+      const fraction = ++j;
+      for (; j < n; j++) {
+        c = buf[j]!;
+        const d = c - 0x30;
+        if (d < 0 || d > 9) break;
+        m = m * 10 + d;
+        exp10--;
+        if (m !== 0 && ++digits > 15) break run;
+      }
+      if (j === fraction) break;
+    }
+    if (j < n && (c === 0x65 || c === 0x45)) {
+      j++;
+      let expNegative = false;
+      if (j < n && (buf[j] === 0x2b || buf[j] === 0x2d)) expNegative = buf[j++] === 0x2d;
+      const expStart = j;
+      let exp = 0;
+      for (; j < n; j++) {
+        c = buf[j]!;
+        const d = c - 0x30;
+        if (d < 0 || d > 9) break;
+        exp = exp * 10 + d;
+        if (j - expStart > 3) break run;
+      }
+      if (j === expStart) break;
+      exp10 += expNegative ? -exp : exp;
+    }
+    if (j >= n) {
+      if (!final) break;
+    } else if (!(c === 0x2c || c === 0x5d || c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09)) break;
+    if (exp10 > 22 || exp10 < -22) break;
+    const value = Math.fround(exp10 >= 0 ? m * EXACT_POW10[exp10]! : m / EXACT_POW10[-exp10]!);
+    if (value === Infinity) break;
+    floats[leaf - base] = negative ? -value : value;
+    leaf++;
+    i = j;
+  }
+  storedUpTo = leaf;
+  return i;
+}
+
 // ---- codecs --------------------------------------------------------------------------------
 
 function outOfRange(dtype: Dtype, text: Uint8Array, start: number, end: number, range: string): ValueError {
@@ -370,8 +552,8 @@ const boolCodec: ValueCodec = {
 const F32_NAN = 0x7fc00000;
 const DECIMAL: Decimal = { k: 0, e: 0 };
 
-/** Writes one float32 (given its bits and value) as the writer spells it. */
-function writeFloat32(out: Uint8Array, pos: number, bits: number, x: number): number {
+/** Writes one float32, given its bits, as the writer spells it. */
+function writeFloat32(out: Uint8Array, pos: number, bits: number): number {
   const magnitude = bits & 0x7fffffff;
   if (magnitude >= 0x7f800000) {
     if (magnitude > 0x7f800000) return put(out, pos, TEXT_NAN);
@@ -382,8 +564,45 @@ function writeFloat32(out: Uint8Array, pos: number, bits: number, x: number): nu
     out[pos] = 0x30;
     return pos + 1;
   }
-  shortestFloat32(x < 0 ? -x : x, magnitude, DECIMAL);
+  shortestFloat32Of(magnitude >>> 23, magnitude & 0x7fffff, DECIMAL);
   return writeDecimal(out, pos, bits !== magnitude, DECIMAL.k, DECIMAL.e);
+}
+
+/**
+ * Where the last {@link formatFloat32s} or {@link formatPairs} stopped. A module variable, not a
+ * cursor's property: V8 compiles the long loop on stack (OSR) before it ever leaves it, and a
+ * property store after the loop, compiled without type feedback, then deoptimized that code at
+ * the end of every block (once per MiB of text, each time falling back to the interpreter).
+ */
+let formattedUpTo = 0;
+
+/** F32 elements `index` up to `end` (see {@link ValueCodec.format}); returns the output position. */
+function formatFloat32s(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean): number {
+  if (index === 0 && first && index < end && pos <= limit) {
+    pos = writeFloat32(out, pos, words[0]!);
+    index = 1;
+  }
+  for (; index < end && pos <= limit; index++) {
+    out[pos] = 0x2c;
+    out[pos + 1] = 0x20;
+    pos = writeFloat32(out, pos + 2, words[index]!);
+  }
+  formattedUpTo = index;
+  return pos;
+}
+
+/** C64 elements as `[re, im]` pairs, likewise. */
+function formatPairs(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean): number {
+  for (; index < end && pos <= limit; index++) {
+    if (index > 0 || !first) pos = separator(out, pos);
+    out[pos++] = 0x5b;
+    pos = writeFloat32(out, pos, words[2 * index]!);
+    pos = separator(out, pos);
+    pos = writeFloat32(out, pos, words[2 * index + 1]!);
+    out[pos++] = 0x5d;
+  }
+  formattedUpTo = index;
+  return pos;
 }
 
 function float32Lossless(words: Uint32Array): boolean {
@@ -437,22 +656,17 @@ function float32Codec(dtype: "F32" | "C64"): ValueCodec {
     lossless: (block) => float32Lossless(view(block, (b, o, n) => new Uint32Array(b, o, n), 4)),
     format(block, end, out, limit, cursor, first) {
       const words = view(block, (b, o, n) => new Uint32Array(b, o, n), 4);
-      const floats = view(block, (b, o, n) => new Float32Array(b, o, n), 4);
-      let { index, pos } = cursor;
-      for (; index < end && pos <= limit; index++) {
-        if (index > 0 || !first) pos = separator(out, pos);
-        if (pairs) {
-          out[pos++] = 0x5b;
-          pos = writeFloat32(out, pos, words[2 * index]!, floats[2 * index]!);
-          pos = separator(out, pos);
-          pos = writeFloat32(out, pos, words[2 * index + 1]!, floats[2 * index + 1]!);
-          out[pos++] = 0x5d;
-        } else pos = writeFloat32(out, pos, words[index]!, floats[index]!);
-      }
-      cursor.index = index;
-      cursor.pos = pos;
+      cursor.pos = (pairs ? formatPairs : formatFloat32s)(words, cursor.index, end, out, cursor.pos, limit, first);
+      cursor.index = formattedUpTo;
     },
     store(block, index, leaf, kind, text, start, end) {
+      if ((kind & NUMBER_KINDS) !== 0) {
+        const y = parseFloat32Token(text, start, end);
+        if (y === y) {
+          slots(block)[leaves * index + leaf] = y;
+          return;
+        }
+      }
       storeFloat32(slots(block), leaves * index + leaf, floatLeaf(dtype, kind, text, start, end), dtype, text, start, end);
     },
   };

@@ -4,11 +4,12 @@
  * shortest that read back.
  */
 import { readFileSync } from "node:fs";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import type { Dtype } from "@st-convert/core";
 import { fixturePath } from "@st-convert/testing";
 import { minifloat } from "../src/minifloats.js";
 import { compareToHalfway, decimalText, shortestDecimal, shortestFloat32 } from "../src/shortestDecimal.js";
+import { parseFloat32Token } from "../src/valueCodecs.js";
 import { bytesFor, failure, readAll, toJson, tensor, text } from "./helpers.js";
 
 type Outcome = number | string;
@@ -82,7 +83,7 @@ describe("the shortest float32 decimals", () => {
     for (const bits of patterns) {
       const x = fromBits(bits);
       if (!(x > 0) || x === Infinity) continue;
-      shortestFloat32(x, bits, out);
+      shortestFloat32(bits, out);
       const exact = shortestDecimal(x, (y) => Math.fround(y) === x);
       if (exact.k !== out.k || exact.e !== out.e) mismatches.push(`${bits.toString(16)}: ${out.k}e${out.e} vs ${exact.k}e${exact.e}`);
     }
@@ -95,7 +96,7 @@ describe("the shortest float32 decimals", () => {
       const bits = w & 0x7fffffff;
       const x = fromBits(bits);
       if (!(x > 0) || x === Infinity) continue;
-      shortestFloat32(x, bits, out);
+      shortestFloat32(bits, out);
       expect(Math.fround(Number(decimalText(false, out)))).toBe(x);
       expect(String(out.k).length).toBeLessThanOrEqual(9);
     }
@@ -105,10 +106,78 @@ describe("the shortest float32 decimals", () => {
     // 2097151.75 lies exactly between 2097151.7 and 2097151.8; 0.000244140625 (2^-12) between …062 and …063.
     expect(compareToHalfway(2097151.75, 20971517, -1)).toBe(0);
     const out = { k: 0, e: 0 };
-    shortestFloat32(2097151.75, 0x49fffffe, out);
+    shortestFloat32(0x49fffffe, out);
     expect(out).toEqual({ k: 20971518, e: -1 });
-    shortestFloat32(2 ** -12, 0x39800000, out);
+    shortestFloat32(0x39800000, out);
     expect(out).toEqual({ k: 24414062, e: -11 });
+  });
+});
+
+describe("F32 tokens read without Number()", () => {
+  const ascii = (token: string) => Uint8Array.from(token, (c) => c.charCodeAt(0));
+  /** What the token must read as: the float64 nearest to it, then the float32 nearest to that. */
+  const expected = (token: string) => Math.fround(Number(token));
+  /** The fast reading, or the exact one where it gives up (NaN), as the reader does. */
+  const wrong: string[] = [];
+  const check = (token: string): boolean => {
+    const fast = parseFloat32Token(ascii(token), 0, token.length);
+    if (fast !== fast) return false;
+    if (!Object.is(fast, expected(token))) wrong.push(token);
+    return true;
+  };
+  afterEach(() => {
+    expect(wrong.splice(0)).toEqual([]);
+  });
+
+  it("equals fround(Number(token)) for Python's 17 digits, the writer's 9 and random long decimals; gives up on few", () => {
+    const words = new Uint32Array(bytesFor(11, 4 * 100_000).buffer);
+    let fast = 0;
+    let total = 0;
+    for (const w of words) {
+      const x = new Float32Array(new Uint32Array([w & 0xff7fffff]).buffer)[0]!; // finite
+      for (const token of [String(x), x.toPrecision(9), x.toExponential(16), x.toExponential(19)]) {
+        if (token.includes("Infinity") || token.includes("NaN")) continue;
+        total++;
+        if (check(token.replace("e+", "e"))) fast++;
+      }
+    }
+    expect(fast / total).toBeGreaterThan(0.99);
+  });
+
+  it("is exact at and next to the midpoints between float32 neighbours (double rounding honoured)", () => {
+    const words = new Uint32Array(bytesFor(12, 4 * 20_000).buffer);
+    for (const w of words) {
+      const bits = w & 0x7f7fffff;
+      const [a, b] = new Float32Array(new Uint32Array([bits, bits + 1]).buffer) as unknown as [number, number];
+      const mid = (a + b) / 2; // exact in float64
+      for (const digits of [17, 18, 19, 20, 21]) {
+        const token = mid.toPrecision(digits);
+        check(token);
+        // One unit either side in the last digit.
+        const [mantissa, exponent = "0"] = mid.toExponential(digits - 1).split("e");
+        const k = BigInt(mantissa!.replace(".", ""));
+        for (const j of [k - 1n, k + 1n]) check(`${j}e${Number(exponent) - (digits - 1)}`);
+      }
+    }
+  });
+
+  it("reads the extremes, zeros and exponents as Number() does, and leaves overflow to the exact route", () => {
+    for (const token of [
+      "0",
+      "-0",
+      "0.0",
+      "-0.0e5",
+      "1e-46",
+      "7e-46",
+      "1.401298464324817e-45",
+      "1.1754943508222875e-38",
+      "3.4028234663852886e38",
+      "1E2",
+      "25e-1",
+    ])
+      expect(check(token), token).toBe(true);
+    expect(check("-1e-400")).toBe(true);
+    for (const token of ["3.4028236e38", "1e39", "1e400", "-1e400"]) expect(parseFloat32Token(ascii(token), 0, token.length)).toBeNaN();
   });
 });
 

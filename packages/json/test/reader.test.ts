@@ -140,6 +140,44 @@ describe("many small tensors", () => {
     expect(reads.length).toBeLessThan(30);
   });
 
+  it("reads 30,000 small tensors sorted by name (as a safetensors writer takes them) with a few reads; a failed read is tried again", async () => {
+    const tensors = Array.from({ length: 30_000 }, (_, k) =>
+      tensorFromBytes(
+        { name: `model.layers.${Math.floor(k / 10)}.block.${k % 10}.weight`, dtype: "F32", shape: [2] },
+        new Uint8Array(new Float32Array([k, -k]).buffer),
+      ),
+    );
+    const doc = await serializeTensorJson({ metadata: null, tensors });
+    const reads: number[] = [];
+    let failed = true;
+    const source = {
+      size: doc.length,
+      read: async (offset: number, length: number) => {
+        reads.push(offset);
+        if (offset >= 1 << 20 && !failed) {
+          failed = true;
+          throw new Error("EIO once");
+        }
+        return doc.slice(offset, offset + length);
+      },
+    };
+    const file = await readTensorJson(source);
+    reads.length = 0;
+    failed = false;
+    const sorted = file.tensors.map((t, k) => [t, k] as const).sort(([a], [b]) => (a.name < b.name ? -1 : 1));
+    let errors = 0;
+    for (const [t, k] of sorted) {
+      const bytes = await readTensorBytes(t).catch(() => {
+        errors++;
+        return readTensorBytes(t);
+      });
+      expect([...new Float32Array(bytes.buffer, bytes.byteOffset, 2)]).toEqual([k, -k]);
+    }
+    expect(errors).toBe(1);
+    // The document is 3.6 MB: 16 reads as asked, then each of its 1 MiB blocks once (the failed one twice).
+    expect(reads.length).toBeLessThanOrEqual(16 + 5);
+  });
+
   it("reads field names and dtypes spelled with escapes, whatever the window", async () => {
     const doc = '{"a": {"dt\\u0079pe": "F\\u00332", "sh\\u0061pe": [1], "d\\u0061ta": [1.5]}, "b": {"dtype": "U8", "shape": [1], "data": [7]}}';
     for (const windowSize of [undefined, 1, 3, 17]) {

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { DTYPES, type Dtype, type TensorEntry, readSafetensors, readTensorBytes, serializeSafetensors, tensorByteLength } from "@st-convert/core";
 import { readTensorJson } from "@st-convert/json";
 import { fixturePath } from "@st-convert/testing";
-import { allPatterns, bytesFor, readAll, tensor, toJson } from "./helpers.js";
+import { allPatterns, bytesFor, failure, readAll, tensor, toJson, utf8 } from "./helpers.js";
 
 const goldens = readdirSync(fixturePath("safetensors")).filter((f) => f.endsWith(".safetensors"));
 
@@ -191,6 +191,31 @@ describe("the values form is used exactly when it is lossless", () => {
     expect(warnings).toEqual([]);
     expect(back.every((t) => t.encoding === "base64")).toBe(true);
     for (const [i, t] of back.entries()) expect([...t.bytes]).toEqual([...bytesFor(i + 1, t.bytes.length)]);
+  });
+});
+
+describe("open:json-writer-empty-c64: empty C64 tensors", () => {
+  it("are written as the flat list of no pairs, [], which the reader takes for every empty C64 shape", async () => {
+    const shapes = [[0], [3, 0], [0, 2], [2, 0, 4]];
+    const { json, back } = await roundTrip(shapes.map((shape, i) => tensor(`z${i}`, "C64", shape, new Uint8Array(0))));
+    const lines = shapes.map((shape, i) => `  "z${i}": {"dtype": "C64", "shape": [${shape.join(", ")}], "data": []}`);
+    expect(new TextDecoder().decode(json)).toBe(`{\n${lines.join(",\n")}\n}\n`);
+    expect(back.map((t) => [t.name, t.encoding, t.bytes.length])).toEqual(shapes.map((_, i) => [`z${i}`, "values", 0]));
+  });
+
+  it("read from bytes built by hand: [] and the nested forms; [] is still refused for a C64 tensor that holds values", async () => {
+    const doc = (shape: string, data: string) => `{"z": {"dtype": "C64", "shape": ${shape}, "data": ${data}}}`;
+    for (const [shape, data] of [
+      ["[3, 0]", "[]"],
+      ["[3, 0]", "[[], [], []]"],
+      ["[0, 3]", "[]"],
+      ["[2, 0, 5]", "[[], []]"],
+    ]) {
+      const { tensors } = await readAll(utf8.encode(doc(shape!, data!)));
+      expect([tensors[0]!.dtype, tensors[0]!.bytes.length]).toEqual(["C64", 0]);
+    }
+    expect(await failure(readAll(doc("[3, 1]", "[]")))).toMatchObject({ code: "ShapeMismatch" });
+    expect(await failure(readAll(doc("[3, 0]", "[[]]")))).toMatchObject({ code: "ShapeMismatch" });
   });
 });
 
