@@ -248,15 +248,19 @@ export interface FileReport {
 export async function inspect(input: string | ByteSource, options: InspectOptions = {}): Promise<FileReport> {
   const formats = options.formats ?? FORMATS;
   const inputName = nameOf(input, "<input>");
-  return withSource(input, async (source, openSibling) => {
-    const onWarning = options.onWarning === undefined ? undefined : (message: string) => options.onWarning?.(message, inputName);
-    const { format, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, onWarning);
-    return {
-      format: format.name,
-      metadata: tensors.selected.metadata,
-      tensors: tensors.selected.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], byteLength: t.byteLength })),
-    };
-  }, options.remote);
+  return withSource(
+    input,
+    async (source, openSibling) => {
+      const onWarning = options.onWarning === undefined ? undefined : (message: string) => options.onWarning?.(message, inputName);
+      const { format, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, onWarning);
+      return {
+        format: format.name,
+        metadata: tensors.selected.metadata,
+        tensors: tensors.selected.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], byteLength: t.byteLength })),
+      };
+    },
+    options.remote,
+  );
 }
 
 type Closeable = ByteSource & { close(): Promise<void> };

@@ -991,8 +991,7 @@ export interface OpenWriterFailure {
 }
 
 /** The writer failures found and reported, not yet fixed; counted and printed, not failing the run (see OPEN_DISAGREEMENTS). */
-export const OPEN_WRITER_FAILURES: readonly OpenWriterFailure[] = [
-];
+export const OPEN_WRITER_FAILURES: readonly OpenWriterFailure[] = [];
 
 function sha256(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
