@@ -7,6 +7,7 @@
 // Figures are kept in bench/results.json, row by row: a run replaces the rows it measured and
 // the page is rendered from all of them, so `--only` refreshes part of the page.
 //
+// `--only TEXT` runs the rows whose names contain TEXT (several: `--only "PyTorch|cast"`).
 // `--only many` runs only the many-small-tensors section (50,000 and 500,000 F32[2] tensors, or
 // the counts `--many` gives, in every format, each direction and `info`; the npy-folder rows,
 // one file per tensor, at the counts `--many-folders` gives, by default the same).
@@ -56,6 +57,8 @@ function parseSize(text) {
   return Math.round(Number(m[1]) * unit);
 }
 
+/** Whether `--only` (TEXT, or several joined by |) picks the row called `name`. */
+const chosen = (name) => values.only === undefined || values.only.split("|").some((part) => name.includes(part));
 const hasFormat = (name) => new RegExp(`^\\s+${name}\\s`, "m").test(formats);
 
 /**
@@ -386,9 +389,7 @@ const FLAX_BIG = 2 * 1024 ** 3;
 /** Peak memory on big inputs: the pass-through paths once each, beside `cp` (flax at most {@link FLAX_BIG}). */
 function bigRss(bytes) {
   const rows = [];
-  for (const c of cases.filter(
-    (c) => c.baselines.includes("cp") && c.big !== false && hasFormat(c.format) && (values.only === undefined || c.name.includes(values.only)),
-  )) {
+  for (const c of cases.filter((c) => c.baselines.includes("cp") && c.big !== false && hasFormat(c.format) && chosen(c.name))) {
     const dir = join(work, `big-${c.kind}${c.tag ?? ""}`);
     try {
       mkdirSync(dir, { recursive: true });
@@ -783,7 +784,7 @@ function renderStored(results) {
 
 mkdirSync(work, { recursive: true });
 if (python === undefined) console.warn("bench: no reference Python; inputs cannot be made (create .venv-ref as the README says)");
-const selected = cases.filter((c) => (values.only === undefined || c.name.includes(values.only)) && hasFormat(c.format));
+const selected = cases.filter((c) => chosen(c.name) && hasFormat(c.format));
 for (const c of cases.filter((c) => !hasFormat(c.format))) console.warn(`bench: skipping "${c.name}": format ${c.format} is not registered`);
 const stored = loadResults();
 const states = values.state.split(",");
@@ -802,7 +803,7 @@ for (const state of states) {
     );
   }
 }
-const wantsMany = values.only === undefined || "many small tensors".includes(values.only);
+const wantsMany = values.only === undefined || values.only.split("|").some((part) => "many small tensors".includes(part));
 const manyCounts = values.many.split(",").map(Number);
 if (wantsMany && python !== undefined) {
   enterState(states[0]);
