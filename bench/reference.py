@@ -322,6 +322,7 @@ def run(pipeline: str, src: str, out: str) -> None:
         else:
             from huggingface_hub import save_torch_state_dict
 
+            os.makedirs(out, exist_ok=True)
             save_torch_state_dict(state, out, max_shard_size="1GB")
     elif pipeline == "keys":
         from safetensors import safe_open

@@ -793,8 +793,16 @@ for (const state of states) {
   for (const c of selected) {
     console.log(`bench: ${c.name}, ${state} state …`);
     const memory = enterState(state);
-    const row = runCase(c);
-    leaveState();
+    let row;
+    try {
+      row = runCase(c);
+    } catch (error) {
+      // One failing row leaves the others' figures (and says why it has none).
+      console.warn(`bench: ${c.name}, ${state} state, failed: ${error.message.split("\n").slice(0, 3).join(" ")}`);
+      continue;
+    } finally {
+      leaveState();
+    }
     const { c: _, ...figures } = row;
     stored.cases[state] = { ...stored.cases[state], [c.name]: { ...figures, state, memory } };
     saveResults(stored);
