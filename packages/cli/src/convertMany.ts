@@ -9,6 +9,7 @@ import { basename, dirname, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
 import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
+import { isRemoteInput } from "./remoteInput.js";
 import { FORMATS, detectOutputFormat, formatByExtension, matchExtension, readHead } from "./formats.js";
 
 /** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
@@ -183,6 +184,17 @@ export function describeError(error: unknown): string {
  * one); a file given by name is taken whatever its name and content. Outputs keep the
  * layout relative to the folder given, with the output format's extension.
  */
+/** The file name a URL input's output is named after: its path's last segment, decoded. */
+function remoteFileName(input: string): string {
+  const path = input.replace(/[?#].*$/, "");
+  const last = path.slice(path.lastIndexOf("/") + 1);
+  try {
+    return basename(decodeURIComponent(last)) || "download";
+  } catch {
+    return last || "download";
+  }
+}
+
 export async function planBatch(
   inputs: readonly string[],
   outDir: string,
@@ -211,6 +223,11 @@ export async function planBatch(
   // Found in folders: [file, path relative to its folder]. Files named by the user are always taken.
   const found: [string, string][] = [];
   for (const input of inputs) {
+    // A URL is one file, named after the last segment of its path (its query left out).
+    if (isRemoteInput(input)) {
+      add(input, remoteFileName(input));
+      continue;
+    }
     let info: Stats;
     try {
       info = await stat(input);

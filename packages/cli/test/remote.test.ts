@@ -217,6 +217,32 @@ describe("the command over HTTP", () => {
     expect(readFileSync(fromUrl).equals(readFileSync(fromFile))).toBe(true);
   });
 
+  it("converts URLs in a batch (--out-dir), each named after its path, byte for byte as the local files", async () => {
+    s.files.set("/batch/first.npz", servedBytes(readFileSync(local("model.npz"))));
+    s.files.set("/batch/second%20one.pt", servedBytes(readFileSync(local("model.pt"))));
+    const out = local("batch-by-url");
+    const run = await runCliAsync([
+      s.url("/batch/first.npz"),
+      `${s.url("/batch/second%20one.pt")}?download=1`,
+      "--out-dir",
+      out,
+      "--to",
+      "safetensors",
+      "--quiet",
+    ]);
+    expect(run.stderr).toBe("");
+    expect(run.status).toBe(0);
+    expect(readdirSync(out).sort()).toEqual(["first.safetensors", "second one.safetensors"]);
+    for (const [name, source] of [
+      ["first.safetensors", "model.npz"],
+      ["second one.safetensors", "model.pt"],
+    ] as const) {
+      const expected = local(`expected-${name}`);
+      expect((await runCliAsync([local(source), expected, "--quiet"])).status).toBe(0);
+      expect(readFileSync(join(out, name)).equals(readFileSync(expected))).toBe(true);
+    }
+  });
+
   it("converts a sharded index by URL, its shards fetched beside it by URL", async () => {
     const out = local("merged-by-url.safetensors");
     s.reset();
