@@ -2,7 +2,7 @@
  * The library API behind the command: `convert()` one file into another, `inspect()` a file.
  * Both behave exactly as the CLI does (same formats, same checks, same atomic output).
  */
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import {
   type ByteSink,
   type ByteSource,
@@ -178,9 +178,8 @@ async function shardingOf(
   if (typeof output !== "string")
     throw new StConvertError("InvalidOption", "--max-shard-size writes files; name a folder or an index as the output, not a stream");
   const maxShardSize = options.maxShardSize === undefined ? DEFAULT_MAX_SHARD_SIZE : parseShardSize(options.maxShardSize);
-  const byName = await shardTarget(output, formatByName("safetensors", formats));
-  const format =
-    options.to !== undefined ? formatByName(options.to, formats) : (formatByExtension(byName.weightsName, formats) ?? formatByName("safetensors", formats));
+  const named = basename(output).replace(/\.index\.json$/i, "");
+  const format = options.to !== undefined ? formatByName(options.to, formats) : (formatByExtension(named, formats) ?? formatByName("safetensors", formats));
   if (!shardable(format)) throw new StConvertError("InvalidOption", `--max-shard-size applies to safetensors and torch outputs, not ${format.name}`);
   return { format, target: await shardTarget(output, format), maxShardSize };
 }

@@ -34,7 +34,8 @@ stderr. A reader that goes away (| head) ends the conversion quietly with status
 
 --max-shard-size SIZE writes a sharded checkpoint as huggingface_hub splits it and transformers'
 save_pretrained indexes it (model-00001-of-0000N.safetensors + model.safetensors.index.json; torch:
-pytorch_model-….bin); the output is then the index, a checkpoint name or a folder, and an output
+pytorch_model-….bin); the output is then the index, a checkpoint name (weights.safetensors: its
+shards are weights-0000k-of-0000N.safetensors) or a folder (any other name: out, out/), and an output
 that names an index (*.index.json) shards at 5GB without the option. All shards and the index
 appear together or not at all; --force replaces an existing set whole.
 

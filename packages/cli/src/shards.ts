@@ -79,9 +79,11 @@ export async function shardTarget(output: string, format: TensorFormat): Promise
     ));
   const fallback = DEFAULT_WEIGHTS[format.name];
   if (fallback === undefined) throw new StConvertError("InvalidOption", `${format.name} cannot be written as shards; write safetensors or torch`);
-  if (isDir) return { dir: output.replace(/[\\/]+$/, "") || ".", indexName: `${fallback}.index.json`, weightsName: fallback };
   const name = basename(output);
   const weightsName = name.endsWith(".index.json") ? name.slice(0, -".index.json".length) : name;
+  // A name that is not a checkpoint's (`out`, `model-v2`) is a folder to make, as cp -r's target is.
+  const isCheckpointName = format.extensions.some((extension) => weightsName.length > extension.length && weightsName.endsWith(extension));
+  if (isDir || !isCheckpointName) return { dir: output.replace(/[\\/]+$/, "") || ".", indexName: `${fallback}.index.json`, weightsName: fallback };
   return { dir: dirname(output), indexName: `${weightsName}.index.json`, weightsName };
 }
 

@@ -48,6 +48,26 @@ describe("--max-shard-size", () => {
     expect(runCli([input, "-", "--to", "safetensors", "--max-shard-size", "5"]).status).toBe(2);
   });
 
+  it("takes an output that is not a checkpoint's name (no extension of the format) as a folder, and a checkpoint name as the shards' stem", () => {
+    const input = join(dir, "in.safetensors");
+    orderedSafetensors(input, [
+      ["a", "U8", [100]],
+      ["b", "U8", [100]],
+    ]);
+    expect(runCli([input, join(dir, "resharded"), "--max-shard-size", "100"]).status).toBe(0);
+    expect(readdirSync(join(dir, "resharded")).sort()).toEqual([
+      "model-00001-of-00002.safetensors",
+      "model-00002-of-00002.safetensors",
+      "model.safetensors.index.json",
+    ]);
+    expect(runCli([input, join(dir, "named", "weights.safetensors"), "--max-shard-size", "100"]).status).toBe(0);
+    expect(readdirSync(join(dir, "named")).sort()).toEqual([
+      "weights-00001-of-00002.safetensors",
+      "weights-00002-of-00002.safetensors",
+      "weights.safetensors.index.json",
+    ]);
+  });
+
   it("needs --force over an existing set, then replaces it whole: shards the new set does not name go", () => {
     const input = join(dir, "in.safetensors");
     orderedSafetensors(input, [
