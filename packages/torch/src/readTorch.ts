@@ -244,6 +244,12 @@ function crcError(member: ZipMember, actual: number): StConvertError {
   );
 }
 
+/** Runs `work` once pending I/O callbacks have had their turn (setImmediate, else a timer), and resolves after it. */
+function afterIo(work: () => void): Promise<void> {
+  const later = (globalThis as { setImmediate?: (f: () => void) => void }).setImmediate ?? ((f: () => void) => setTimeout(f, 0));
+  return new Promise((resolve) => later(() => resolve(work())));
+}
+
 /**
  * A stored member. Its CRC-32 is checked once, the first time its bytes are read: on the fly when
  * a tensor covers the whole member, by a pass of its own before a partial view is served. A CRC
@@ -267,8 +273,13 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
       if (!checked && offset === 0 && length === member.size) {
         let crc = 0;
         for await (const chunk of readRange(source, member.dataOffset, length, options)) {
+          // The check of a chunk runs while the consumer writes it (the write waits in the I/O
+          // threads), not after: a chunk the ring would reuse is not read again before it is done.
+          const checking = afterIo(() => {
+            crc = codec.crc32(chunk, crc);
+          });
           yield chunk;
-          crc = codec.crc32(chunk, crc);
+          await checking;
         }
         if (crc !== member.crc32) throw crcError(member, crc);
         checked = true;
