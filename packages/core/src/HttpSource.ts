@@ -560,15 +560,20 @@ class HttpFile implements HttpSource {
     }
   }
 
+  /** Refuses a 200 or 206 answer whose body has a content encoding: its bytes are not the file's. */
+  async #refuseEncoded(response: Response, asked: string): Promise<void> {
+    const encoding = encodingOf(response);
+    if ((response.status === 200 || response.status === 206) && encoding !== undefined) {
+      await discard(response);
+      throw this.#error("RangeNotSupported", `the server sent ${asked} ${encoding}-encoded, which are not the file's bytes`);
+    }
+  }
+
   /** Checks an answer against the range asked (`end` undefined: the first window) and reads its body. */
   async #accept(response: Response, start: number, end: number | undefined, touch: () => void): Promise<Uint8Array> {
     const { status } = response;
     const asked = `bytes ${start}-${end === undefined ? this.#readAhead - 1 : end - 1}`;
-    const encoding = encodingOf(response);
-    if ((status === 200 || status === 206) && encoding !== undefined) {
-      await discard(response);
-      throw this.#error("RangeNotSupported", `the server sent ${asked} ${encoding}-encoded, which are not the file's bytes`);
-    }
+    await this.#refuseEncoded(response, asked);
     if (status === 206) {
       const range = parseContentRange(response.headers.get("content-range"));
       if (range?.first === undefined || range.last === undefined || range.total === undefined) {
@@ -696,11 +701,7 @@ class HttpFile implements HttpSource {
     const asked = `bytes ${received}-`;
     return this.#attempt(`bytes=${received}-`, true, async (response) => {
       const { status } = response;
-      const encoding = encodingOf(response);
-      if ((status === 200 || status === 206) && encoding !== undefined) {
-        await discard(response);
-        throw this.#error("RangeNotSupported", `the server sent ${asked} ${encoding}-encoded, which are not the file's bytes`);
-      }
+      await this.#refuseEncoded(response, asked);
       if (status === 206) {
         const range = parseContentRange(response.headers.get("content-range"));
         if (range?.first !== received || range.last === undefined || (range.total !== undefined && range.last !== range.total - 1)) {
