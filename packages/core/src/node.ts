@@ -2,8 +2,26 @@
  * `@st-convert/core/node`: byte sources and sinks over files, for Node. The rest of core never
  * touches `node:fs`, so it runs in browsers too.
  */
-import { type Stats, constants, fstatSync, readSync, write } from "node:fs";
-import { type FileHandle, link, lstat, open, readdir, readlink, realpath, rename, unlink } from "node:fs/promises";
+import {
+  type Stats,
+  closeSync,
+  constants,
+  fchmodSync,
+  fchownSync,
+  fstatSync,
+  linkSync,
+  lstatSync,
+  openSync,
+  read,
+  readSync,
+  readlinkSync,
+  realpathSync,
+  renameSync,
+  unlinkSync,
+  write,
+  writeSync,
+} from "node:fs";
+import { type FileHandle, lstat, open, readdir, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -17,10 +35,40 @@ export interface FileSource extends ByteSource {
 }
 
 /**
+ * Reads and writes below this size are made synchronously on regular files, as are the calls that
+ * only touch metadata (open, stat, link, rename, close): each takes a few µs that way, where a trip
+ * through Node's thread pool costs tens of µs however little it does, which made a batch of 2,000
+ * small files spend most of its time waiting on the pool. Larger transfers stay asynchronous, so a
+ * big conversion keeps reading while it writes.
+ */
+export const SYNC_IO_BELOW = 64 * 1024;
+
+/**
  * Opens a file for reading ranges. The file is opened read-only and never modified.
  * @throws StConvertError `Io` when it cannot be opened (missing, a directory, no permission).
  */
 export async function openFileSource(path: string): Promise<FileSource> {
+  // A regular file is opened synchronously. Non-blocking, so that a FIFO without a writer cannot
+  // stop the process (signals included) in open(); a FIFO or device is opened again, in the pool.
+  const nonBlocking = constants.O_NONBLOCK;
+  if (nonBlocking !== undefined && process.platform !== "win32") {
+    let fd: number;
+    try {
+      fd = openSync(path, constants.O_RDONLY | nonBlocking);
+    } catch (error) {
+      throw ioError(error, path, "cannot open for reading");
+    }
+    let info: Stats;
+    try {
+      info = fstatSync(fd);
+    } catch (error) {
+      closeSync(fd);
+      throw ioError(error, path, "cannot read the file's size");
+    }
+    if (info.isFile()) return descriptorSource(fd, path, info.size, () => closeSync(fd));
+    closeSync(fd);
+    if (info.isDirectory()) throw new StConvertError("Io", "is a directory, not a file", { file: path });
+  }
   let handle: FileHandle;
   try {
     handle = await open(path, "r");
@@ -36,11 +84,22 @@ export async function openFileSource(path: string): Promise<FileSource> {
     await handle.close();
     throw ioError(error, path, "cannot read the file's size");
   }
-  return handleSource(handle, path, size);
+  return descriptorSource(handle.fd, path, size, () => handle.close());
 }
 
-/** A {@link FileSource} over an open handle holding `size` bytes; `close()` closes the handle. */
-function handleSource(handle: FileHandle, path: string, size: number): FileSource {
+/** One read into `target` from `offset` of the file; resolves to the bytes read. */
+function readAt(fd: number, target: Uint8Array, offset: number, length: number, position: number): Promise<number> {
+  return new Promise((resolve, reject) =>
+    read(fd, target, offset, length, position, (error, bytesRead) => (error === null ? resolve(bytesRead) : reject(error))),
+  );
+}
+
+/**
+ * A {@link FileSource} over the open descriptor `fd` of a file holding `size` bytes; `close()`
+ * calls `release` once. Reads below {@link SYNC_IO_BELOW} are synchronous.
+ */
+function descriptorSource(fd: number, path: string, size: number, release: () => void | Promise<void>): FileSource {
+  let released = false;
   const source: FileSource = {
     name: path,
     size,
@@ -52,10 +111,14 @@ function handleSource(handle: FileHandle, path: string, size: number): FileSourc
       return bytes;
     },
     async readInto(offset, target) {
+      if (target.byteLength < SYNC_IO_BELOW) {
+        source.readIntoSync!(offset, target);
+        return;
+      }
       checkRange(source, offset, target.byteLength);
       try {
         for (let filled = 0; filled < target.byteLength; ) {
-          const { bytesRead } = await handle.read(target, filled, target.byteLength - filled, offset + filled);
+          const bytesRead = await readAt(fd, target, filled, target.byteLength - filled, offset + filled);
           filled = advance(bytesRead, offset, filled, target.byteLength);
         }
       } catch (error) {
@@ -66,14 +129,16 @@ function handleSource(handle: FileHandle, path: string, size: number): FileSourc
       checkRange(source, offset, target.byteLength);
       try {
         for (let filled = 0; filled < target.byteLength; ) {
-          filled = advance(readSync(handle.fd, target, filled, target.byteLength - filled, offset + filled), offset, filled, target.byteLength);
+          filled = advance(readSync(fd, target, filled, target.byteLength - filled, offset + filled), offset, filled, target.byteLength);
         }
       } catch (error) {
         throw ioError(error, path, "read failed");
       }
     },
     async close() {
-      await handle.close();
+      if (released) return;
+      released = true;
+      await release();
     },
   };
   return source;
@@ -152,7 +217,7 @@ export const SINK_COALESCE_BELOW = 64 * 1024;
 export const SINK_BUFFER_SIZE = 1024 * 1024;
 
 /** The gathering buffer's first size; it doubles up to {@link SINK_BUFFER_SIZE} as writes need. */
-const SINK_FIRST_BUFFER = 16 * 1024;
+const SINK_FIRST_BUFFER = 1024;
 
 /** Symbolic links followed from an output path before giving up: Linux's own limit (MAXSYMLINKS). */
 const MAX_SYMLINK_HOPS = 40;
@@ -243,13 +308,13 @@ async function resolveOutput(path: string): Promise<Output> {
     const fd = ownDescriptor(current);
     if (fd !== undefined) return { kind: "descriptor", fd };
     const through = current === path ? "" : `the link's target ${current} `;
-    let info: Stats;
+    let info: Stats | undefined;
     try {
-      info = await lstat(current);
+      info = lstatSync(current, { throwIfNoEntry: false });
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return { kind: "missing", path: current };
       throw ioError(error, path, `cannot check ${through || "the output"}`.trimEnd());
     }
+    if (info === undefined) return { kind: "missing", path: current };
     if (!info.isSymbolicLink()) {
       if (info.isFile()) return { kind: "file", path: current, info };
       if (info.isFIFO() || info.isCharacterDevice()) return { kind: "device", path: current };
@@ -259,7 +324,7 @@ async function resolveOutput(path: string): Promise<Output> {
     try {
       // Relative to the link's real folder, as the system resolves it: a lexical `..` after a
       // linked folder would land elsewhere.
-      current = resolve(await realpath(dirname(current)), await readlink(current));
+      current = resolve(realpathSync(dirname(current)), readlinkSync(current));
     } catch (error) {
       throw ioError(error, path, "cannot follow the symbolic link");
     }
@@ -291,24 +356,26 @@ function refusal(info: Stats): string {
 /** The sink of {@link createFileSink} for a missing target or a regular file (`existing`). */
 async function atomicSink(name: string, targetPath: string, existing: Stats | undefined, force: boolean, defer: boolean): Promise<AtomicFileSink> {
   const tempPath = join(dirname(targetPath), `.${basename(targetPath)}.${uniqueTag()}.tmp`);
-  let handle: FileHandle | undefined;
+  let fd: number | undefined;
   try {
     // Replacing a file: private until it has the replaced file's mode, set before any byte is written.
-    handle = await open(tempPath, "wx", existing === undefined ? 0o666 : 0o600);
-    if (existing !== undefined) await keepOwnerAndMode(handle, existing);
+    fd = openSync(tempPath, "wx", existing === undefined ? 0o666 : 0o600);
+    if (existing !== undefined) keepOwnerAndMode(fd, existing);
   } catch (error) {
-    await handle?.close().catch(() => {});
-    if (handle !== undefined) await unlink(tempPath).catch(() => {});
+    if (fd !== undefined) {
+      quietly(() => closeSync(fd!));
+      quietly(() => unlinkSync(tempPath));
+    }
     throw ioError(error, name, targetPath === name ? "cannot create the output" : `cannot create the output's link target ${targetPath}`);
   }
-  const file = handle;
-  const writer = new CoalescingWriter((bytes, offset, length) => file.write(bytes, offset, length, null).then((r) => r.bytesWritten));
+  const file = fd;
+  const writer = new CoalescingWriter((bytes, offset, length) => writeAt(file, bytes, offset, length));
   let state: "open" | "written" | "closed" | "aborted" = "open";
   let closed = false;
   const release = async (): Promise<void> => {
     if (closed) return;
     closed = true;
-    await file.close();
+    closeSync(file);
   };
 
   const sink: AtomicFileSink = {
@@ -354,10 +421,34 @@ async function atomicSink(name: string, targetPath: string, existing: Stats | un
       } catch {
         // Closing a descriptor we are discarding can only fail in ways that do not matter here.
       }
-      await unlink(tempPath).catch(() => {});
+      quietly(() => unlinkSync(tempPath));
     },
   };
   return sink;
+}
+
+/** Runs `step`, ignoring its failure (a clean-up that may find nothing to clean). */
+function quietly(step: () => void): void {
+  try {
+    step();
+  } catch {
+    // Nothing to undo, or nothing more to do about it.
+  }
+}
+
+/**
+ * One write at the descriptor's position: synchronous below {@link SYNC_IO_BELOW}, else in the
+ * thread pool. Either way a promise, rejected on failure.
+ */
+function writeAt(fd: number, bytes: Uint8Array, offset: number, length: number): Promise<number> {
+  if (length < SYNC_IO_BELOW) {
+    try {
+      return Promise.resolve(writeSync(fd, bytes, offset, length));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+  return new Promise((resolve, reject) => write(fd, bytes, offset, length, null, (error, written) => (error === null ? resolve(written) : reject(error))));
 }
 
 /**
@@ -366,16 +457,14 @@ async function atomicSink(name: string, targetPath: string, existing: Stats | un
  * set-user-ID, set-group-ID and sticky bits are not carried over to new bytes. Where the file
  * system refuses, the replacement keeps what it has: 0600 and this process's owner, never wider.
  */
-async function keepOwnerAndMode(handle: FileHandle, existing: Stats): Promise<void> {
-  const mine = await handle.stat();
+function keepOwnerAndMode(fd: number, existing: Stats): void {
+  const mine = fstatSync(fd);
   if (mine.uid !== existing.uid || mine.gid !== existing.gid) {
-    await handle.chown(existing.uid, existing.gid).catch(() => {
-      // Not ours to give away (EPERM): the file belongs to whoever writes it, as with any new file.
-    });
+    // Not ours to give away (EPERM): the file belongs to whoever writes it, as with any new file.
+    quietly(() => fchownSync(fd, existing.uid, existing.gid));
   }
-  await handle.chmod(existing.mode & 0o777).catch(() => {
-    // A file system without Unix modes (some network and FUSE mounts).
-  });
+  // Refused by a file system without Unix modes (some network and FUSE mounts).
+  quietly(() => fchmodSync(fd, existing.mode & 0o777));
 }
 
 /**
@@ -386,12 +475,7 @@ async function keepOwnerAndMode(handle: FileHandle, existing: Stats): Promise<vo
  */
 async function putInPlace(tempPath: string, targetPath: string, name: string, force: boolean): Promise<void> {
   for (let attempt = 0; ; attempt++) {
-    let now: Stats | undefined;
-    try {
-      now = await lstat(targetPath);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
-    }
+    const now = lstatSync(targetPath, { throwIfNoEntry: false });
     if (now === undefined) {
       try {
         await linkIntoPlace(tempPath, targetPath, name);
@@ -406,7 +490,7 @@ async function putInPlace(tempPath: string, targetPath: string, name: string, fo
       throw new StConvertError("Io", `${targetPath} became another kind of file while converting; it was left untouched`, { file: name });
     }
     if (!force) throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: name });
-    await rename(tempPath, targetPath);
+    renameSync(tempPath, targetPath);
     return;
   }
 }
@@ -414,19 +498,19 @@ async function putInPlace(tempPath: string, targetPath: string, name: string, fo
 /** Moves the temporary file to the target only if no file is there (link fails with EEXIST). */
 async function linkIntoPlace(tempPath: string, path: string, name: string): Promise<void> {
   try {
-    await link(tempPath, path);
+    linkSync(tempPath, path);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code === "EEXIST") throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: name });
     // File systems without hard links: check, then rename (a small race, but no worse than most tools).
     if (code === "EPERM" || code === "ENOTSUP" || code === "EOPNOTSUPP" || code === "EXDEV" || code === "ENOSYS") {
-      if (await exists(path)) throw new StConvertError("OutputExists", "the output appeared while converting", { file: name });
-      await rename(tempPath, path);
+      if (exists(path)) throw new StConvertError("OutputExists", "the output appeared while converting", { file: name });
+      renameSync(tempPath, path);
       return;
     }
     throw error;
   }
-  await unlink(tempPath);
+  unlinkSync(tempPath);
 }
 
 /** The sink of {@link createFileSink} for a FIFO or a character device: opened and written into. */
@@ -706,9 +790,8 @@ export async function createScratchFile(options: ScratchFileOptions = {}): Promi
     },
     source() {
       if (handle === undefined) throw new StConvertError("Io", "read from a disposed scratch file", { file: path });
-      const source = handleSource(handle, path, size);
       // The handle is the scratch file's, closed by dispose(), not by whoever reads.
-      return { ...source, close: async () => {} };
+      return descriptorSource(handle.fd, path, size, () => {});
     },
     async dispose() {
       const h = handle;
@@ -740,12 +823,10 @@ async function writeAll(handle: FileHandle, chunk: Uint8Array, position?: number
 }
 
 /** Whether anything, even a dangling symbolic link, is at `path`. */
-async function exists(path: string): Promise<boolean> {
+function exists(path: string): boolean {
   try {
-    await lstat(path);
-    return true;
+    return lstatSync(path, { throwIfNoEntry: false }) !== undefined;
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
     throw ioError(error, path, "cannot check the output");
   }
 }

@@ -1,7 +1,8 @@
-import { existsSync, readFileSync, readdirSync, truncateSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { closeSync, existsSync, openSync, readFileSync, readdirSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createFileSink, createScratchFile, openFileSource } from "@st-convert/core/node";
+import { SYNC_IO_BELOW, createFileSink, createScratchFile, openFileSource } from "@st-convert/core/node";
 import { makeTempDir } from "@st-convert/testing";
 
 let dir: string;
@@ -86,6 +87,37 @@ describe("file source", () => {
       expect(() => source.readIntoSync!(0, new Uint8Array(50))).toThrow(expect.objectContaining({ code: "UnexpectedEof", file: path }));
     } finally {
       await source.close();
+    }
+  });
+
+  it("reads the same bytes below and above the synchronous-read size, and refuses a shrunk file in both", async () => {
+    const path = join(dir, "big.bin");
+    const bytes = Uint8Array.from({ length: 3 * SYNC_IO_BELOW }, (_, i) => (i * 7 + (i >> 8)) & 0xff);
+    writeFileSync(path, bytes);
+    const source = await openFileSource(path);
+    try {
+      expect(await source.read(5, SYNC_IO_BELOW - 1)).toEqual(bytes.subarray(5, SYNC_IO_BELOW + 4));
+      expect(await source.read(3, 2 * SYNC_IO_BELOW)).toEqual(bytes.subarray(3, 3 + 2 * SYNC_IO_BELOW));
+      truncateSync(path, SYNC_IO_BELOW);
+      await expect(source.read(0, 2 * SYNC_IO_BELOW)).rejects.toMatchObject({ code: "UnexpectedEof", file: path });
+    } finally {
+      await source.close();
+    }
+  });
+
+  it.skipIf(process.platform === "win32")("a FIFO without a writer does not stop the process while it is opened", async () => {
+    const path = join(dir, "fifo");
+    expect(spawnSync("mkfifo", [path]).status).toBe(0);
+    const opening = openFileSource(path);
+    // The event loop still turns (a synchronous open of a FIFO would block here until a writer came).
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    const writer = openSync(path, "w");
+    try {
+      const source = await opening;
+      expect(source.size).toBe(0);
+      await source.close();
+    } finally {
+      closeSync(writer);
     }
   });
 
