@@ -376,7 +376,7 @@ class ObservedEntry implements TensorEntry {
   #furthest = 0;
 
   constructor(
-    private readonly entry: TensorEntry,
+    readonly entry: TensorEntry,
     private readonly progress: Progress,
   ) {
     this.name = entry.name;
@@ -385,24 +385,85 @@ class ObservedEntry implements TensorEntry {
     this.byteLength = entry.byteLength;
   }
 
-  async *chunks(options?: ChunkOptions): AsyncGenerator<Uint8Array> {
+  chunks(options?: ChunkOptions): AsyncIterable<Uint8Array> {
+    return new ObservedChunks(this, options, this.progress);
+  }
+
+  /** Counts the bytes up to `position` of one pass towards progress, once across passes. */
+  reached(position: number): void {
+    if (position <= this.#furthest) return;
+    this.progress.done += Math.min(position, this.byteLength) - Math.min(this.#furthest, this.byteLength);
+    this.#furthest = position;
+  }
+}
+
+const DONE: IteratorResult<Uint8Array> = Object.freeze({ done: true, value: undefined });
+
+/**
+ * One pass over an {@link ObservedEntry}'s chunks. An iterator by hand rather than an async
+ * generator: a generator's every step costs several promise turns, paid for each of 500,000 tiny
+ * tensors. Progress is reported when the consumer asks for the chunk after (as a generator resuming
+ * after its `yield` would), and the abort signal is checked before every read.
+ */
+class ObservedChunks implements AsyncIterableIterator<Uint8Array> {
+  #inner: AsyncIterator<Uint8Array> | undefined;
+  #position = 0;
+  #report = false;
+  #finished = false;
+
+  constructor(
+    private readonly tensor: ObservedEntry,
+    private readonly options: ChunkOptions | undefined,
+    private readonly progress: Progress,
+  ) {}
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<Uint8Array>> {
+    if (this.#finished) return Promise.resolve(DONE);
     const progress = this.progress;
-    const iterator = this.entry.chunks(options)[Symbol.asyncIterator]();
-    let position = 0;
-    for (;;) {
-      progress.signal?.throwIfAborted();
-      progress.inRead = true;
-      const next = await iterator.next();
-      progress.inRead = false;
-      if (next.done === true) return;
-      position += next.value.byteLength;
-      if (position > this.#furthest) {
-        progress.done += Math.min(position, this.byteLength) - Math.min(this.#furthest, this.byteLength);
-        this.#furthest = position;
+    let pending: Promise<IteratorResult<Uint8Array>>;
+    try {
+      if (this.#report) {
+        this.#report = false;
+        progress.onProgress?.(progress.done, progress.total);
       }
-      yield next.value;
-      progress.onProgress?.(progress.done, progress.total);
+      progress.signal?.throwIfAborted();
+      this.#inner ??= this.tensor.entry.chunks(this.options)[Symbol.asyncIterator]();
+      progress.inRead = true;
+      pending = this.#inner.next();
+    } catch (error) {
+      this.#finished = true;
+      return Promise.reject(error);
     }
+    return pending.then(
+      (next) => {
+        progress.inRead = false;
+        if (next.done === true) {
+          this.#finished = true;
+          return DONE;
+        }
+        this.#position += next.value.byteLength;
+        this.tensor.reached(this.#position);
+        this.#report = true;
+        return next;
+      },
+      (error: unknown) => {
+        // progress.inRead stays set: the failure happened while pulling bytes.
+        this.#finished = true;
+        throw error;
+      },
+    );
+  }
+
+  async return(): Promise<IteratorResult<Uint8Array>> {
+    if (!this.#finished) {
+      this.#finished = true;
+      await this.#inner?.return?.();
+    }
+    return DONE;
   }
 }
 

@@ -62,6 +62,31 @@ describe("file sink", () => {
   });
 });
 
+describe("file sink ordering", () => {
+  it("keeps the order of small and large writes issued without waiting, whatever the queue holds", async () => {
+    const path = join(dir, "order.bin");
+    const sink = await createFileSink(path);
+    const pieces: Uint8Array[] = [];
+    const writes: Promise<void>[] = [];
+    for (let i = 0; i < 40; i++) {
+      // Tiny, large (past the gathering size) and middling pieces, each filled with its index.
+      const size = i % 3 === 0 ? 3 : i % 3 === 1 ? 200_000 : 40_000;
+      const piece = new Uint8Array(size).fill(i);
+      pieces.push(piece);
+      writes.push(sink.write(piece));
+    }
+    await Promise.all(writes);
+    await sink.close();
+    const expected = new Uint8Array(pieces.reduce((n, p) => n + p.byteLength, 0));
+    let at = 0;
+    for (const p of pieces) {
+      expected.set(p, at);
+      at += p.byteLength;
+    }
+    expect(readFileSync(path).equals(expected)).toBe(true);
+  });
+});
+
 describe("file source", () => {
   it("reads exact ranges and refuses ranges past the end", async () => {
     const path = join(dir, "in.bin");
