@@ -72,7 +72,12 @@ export const CONVERT_OPTIONS: OptionTable = {
 /** Options of a batch. */
 export const BATCH_OPTIONS: OptionTable = {
   "out-dir": { type: "string", short: "O", valueName: "DIR", description: "write outputs under DIR, keeping the layout below each folder" },
-  jobs: { type: "string", short: "j", valueName: "N", description: "conversions at once (default 2)" },
+  jobs: {
+    type: "string",
+    short: "j",
+    valueName: "N",
+    description: "conversions at once (default 2); a batch of 128 files or more also runs them in worker threads, one per job and core",
+  },
   "dry-run": { type: "boolean", short: "n", description: "show what would be done, write nothing" },
 };
 

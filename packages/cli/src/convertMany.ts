@@ -9,6 +9,7 @@ import { basename, dirname, join, relative, resolve } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
 import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
+import { batchThreads, runInWorkers } from "./batchWorkers.js";
 import { isRemoteInput } from "./remoteInput.js";
 import { FORMATS, detectOutputFormat, formatByExtension, matchExtension, readHead } from "./formats.js";
 
@@ -18,7 +19,11 @@ export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgr
   outDir: string;
   /** The output format's name, e.g. `"safetensors"`. */
   to: string;
-  /** Conversions run at once. Default 2 (conversions are mostly I/O). */
+  /**
+   * Conversions run at once. Default 2. With 2 or more, a batch of at least 128 local files also
+   * runs conversions in worker threads (up to one thread per job and per core, one per 64 files):
+   * a small file's conversion is mostly JavaScript, so a folder of thousands is bound by one core.
+   */
   jobs?: number;
   /** Plan and report, write nothing. Default false. */
   dryRun?: boolean;
@@ -35,7 +40,8 @@ export interface BatchJob {
 /** What {@link convertMany} reports while it works. */
 export type BatchEvent =
   | { type: "planned"; jobs: readonly BatchJob[] }
-  | { type: "start"; job: BatchJob; index: number }
+  /** `thread`: 0 for the main thread, 1 and up for a worker thread (see `jobs`). */
+  | { type: "start"; job: BatchJob; index: number; thread: number }
   | { type: "progress"; job: BatchJob; done: number; total: number }
   | { type: "converted"; job: BatchJob; result: ConvertResult }
   /** A non-fatal notice during the job, naming its file (the input, the output or a shard). */
@@ -98,40 +104,90 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
     }
   }
 
-  let next = 0;
+  const outcomes: (JobOutcome | undefined)[] = new Array(planned.length);
+  const hooksFor = (index: number): JobHooks => ({
+    progress: (done, total) => emit({ type: "progress", job: planned[index]!, done, total }),
+    warning: (file, message) => {
+      summary.warnings.push({ file, message });
+      emit({ type: "warning", job: planned[index]!, file, message });
+      options.onWarning?.(message, file);
+    },
+  });
+  const settle = (index: number, outcome: JobOutcome): void => {
+    const job = planned[index]!;
+    outcomes[index] = outcome;
+    if (outcome.type === "converted") {
+      if (outcome.result !== undefined) emit({ type: "converted", job, result: outcome.result });
+    } else if (outcome.type === "skipped") emit({ type: "skipped", job, reason: outcome.reason });
+    else emit({ type: "failed", job, error: outcome.error, message: outcome.message });
+  };
+  const threads = batchThreads(planned, options, jobs);
+  const next = new Int32Array(new SharedArrayBuffer(4));
   const folders = new Set<string>();
-  const worker = async (): Promise<void> => {
-    while (next < planned.length) {
+  const loop = async (): Promise<void> => {
+    for (;;) {
       if (options.signal?.aborted === true) return;
-      const index = next++;
-      const job = planned[index]!;
-      emit({ type: "start", job, index });
-      await runJob(job, options, summary, emit, folders);
+      const index = Atomics.add(next, 0, 1);
+      if (index >= planned.length) return;
+      emit({ type: "start", job: planned[index]!, index, thread: 0 });
+      settle(index, await attemptJob(planned[index]!, options, hooksFor(index), folders));
     }
   };
-  await Promise.all(Array.from({ length: Math.min(jobs, Math.max(planned.length, 1)) }, worker));
+  const loops = Math.ceil(Math.min(jobs, Math.max(planned.length, 1)) / threads);
+  await Promise.all([
+    ...Array.from({ length: loops }, loop),
+    ...(threads > 1
+      ? [
+          runInWorkers(threads - 1, loops, planned, next, options, {
+            start: (index, thread) => emit({ type: "start", job: planned[index]!, index, thread }),
+            hooksFor,
+            settle,
+            lost: (file, message) => {
+              summary.warnings.push({ file, message });
+              emit({ type: "warning", job: { input: file, output: file }, file, message });
+              options.onWarning?.(message, file);
+            },
+          }),
+        ]
+      : []),
+  ]);
+  // In the order planned, whichever thread finished first.
+  for (let index = 0; index < planned.length; index++) {
+    const outcome = outcomes[index];
+    const job = planned[index]!;
+    if (outcome === undefined) continue;
+    if (outcome.type === "converted") {
+      const r = outcome.result;
+      summary.converted.push(
+        r === undefined ? { ...job } : { ...job, inputFormat: r.inputFormat, outputFormat: r.outputFormat, tensors: r.tensors, bytes: r.bytes },
+      );
+    } else if (outcome.type === "skipped") summary.skipped.push({ ...job, reason: outcome.reason });
+    else summary.failed.push({ ...job, code: outcome.code, message: outcome.message });
+  }
   // Stopped: a signal left jobs unattempted.
   summary.stopped = summary.converted.length + summary.skipped.length + summary.failed.length < planned.length + problems.length;
   return summary;
 }
 
-/** Runs one conversion; `folders` are the output folders made so far (each is made once, not once per file). */
-async function runJob(
-  job: BatchJob,
-  options: ConvertManyOptions,
-  summary: BatchSummary,
-  emit: (event: BatchEvent) => void,
-  folders: Set<string>,
-): Promise<void> {
-  const skip = (reason = "the output exists (--force replaces it)") => {
-    summary.skipped.push({ ...job, reason });
-    emit({ type: "skipped", job, reason });
-  };
-  if (options.dryRun === true) {
-    if (options.force !== true && (await exists(job.output))) skip();
-    else summary.converted.push({ ...job });
-    return;
-  }
+/** What one conversion of a batch came to. `result` is undefined in a dry run. */
+export type JobOutcome =
+  | { type: "converted"; result: ConvertResult | undefined }
+  | { type: "skipped"; reason: string }
+  | { type: "failed"; code: string; message: string; error: unknown };
+
+/** Where a conversion reports its progress and notices as it runs. */
+export interface JobHooks {
+  progress(done: number, total: number): void;
+  warning(file: string, message: string): void;
+}
+
+/**
+ * Runs one conversion of a batch; `folders` are the output folders made so far (each is made once,
+ * not once per file). Never throws: a failure is an outcome.
+ */
+export async function attemptJob(job: BatchJob, options: ConvertManyOptions, hooks: JobHooks, folders: Set<string>): Promise<JobOutcome> {
+  const skipped = (reason = "the output exists (--force replaces it)"): JobOutcome => ({ type: "skipped", reason });
+  if (options.dryRun === true) return options.force !== true && (await exists(job.output)) ? skipped() : { type: "converted", result: undefined };
   try {
     const folder = dirname(job.output);
     if (!folders.has(folder)) {
@@ -141,30 +197,19 @@ async function runJob(
     const result = await convert(job.input, job.output, {
       ...options,
       to: options.to,
-      onProgress: (done, total) => emit({ type: "progress", job, done, total }),
+      onProgress: (done, total) => hooks.progress(done, total),
       removeStale: false,
-      onWarning: (message, file) => {
-        summary.warnings.push({ file, message });
-        emit({ type: "warning", job, file, message });
-        options.onWarning?.(message, file);
-      },
+      onWarning: (message, file) => hooks.warning(file, message),
     });
-    summary.converted.push({ ...job, inputFormat: result.inputFormat, outputFormat: result.outputFormat, tensors: result.tensors, bytes: result.bytes });
-    emit({ type: "converted", job, result });
+    return { type: "converted", result };
   } catch (error) {
-    if (isStConvertError(error) && error.code === "OutputExists") {
-      skip();
-      return;
-    }
+    if (isStConvertError(error) && error.code === "OutputExists") return skipped();
     // A selection that keeps nothing of one file of a folder is not a failure of the batch: that
     // file has nothing the user asked for (a single conversion refuses instead).
     if (isStConvertError(error) && error.code === "NothingToWrite" && options.allowEmpty !== true) {
-      skip(error.rule.replace(/ \(allow an empty output.*\)$/, "").replace(/; nothing to write$/, ""));
-      return;
+      return skipped(error.rule.replace(/ \(allow an empty output.*\)$/, "").replace(/; nothing to write$/, ""));
     }
-    const message = describeError(error);
-    summary.failed.push({ ...job, code: isStConvertError(error) ? error.code : "Internal", message });
-    emit({ type: "failed", job, error, message });
+    return { type: "failed", code: isStConvertError(error) ? error.code : "Internal", message: describeError(error), error };
   }
 }
 
