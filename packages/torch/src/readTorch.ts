@@ -24,7 +24,7 @@ import {
   toByteSource,
   withContext,
 } from "@st-convert/core";
-import { type Codec, type ZipMember, loadCodec, locateMembers, memberPayload, readZipDirectory } from "@st-convert/npy";
+import { type Codec, type ZipMember, crc32Stream, loadCodec, locateMembers, memberPayload, readZipDirectory } from "@st-convert/npy";
 import type { TorchErrorCode } from "./TorchErrorCode.js";
 import { MAX_RANK, type StorageRef, type TensorRef, asTorch, torchHooks } from "./torchSymbols.js";
 import {
@@ -244,12 +244,6 @@ function crcError(member: ZipMember, actual: number): StConvertError {
   );
 }
 
-/** Runs `work` once pending I/O callbacks have had their turn (setImmediate, else a timer), and resolves after it. */
-function afterIo(work: () => void): Promise<void> {
-  const later = (globalThis as { setImmediate?: (f: () => void) => void }).setImmediate ?? ((f: () => void) => setTimeout(f, 0));
-  return new Promise((resolve) => later(() => resolve(work())));
-}
-
 /**
  * A stored member. Its CRC-32 is checked once, the first time its bytes are read: on the fly when
  * a tensor covers the whole member, by a pass of its own before a partial view is served. A CRC
@@ -260,8 +254,10 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
   let checked = member.crc32 === 0;
   const verify = (): Promise<void> => {
     verified ??= (async () => {
-      let crc = 0;
-      for await (const chunk of readRange(source, member.dataOffset, member.size, { reuse: true })) crc = codec.crc32(chunk, crc);
+      const stream = crc32Stream(codec, member.size);
+      // reuse: each chunk is folded in (or copied to the CRC thread) before the one after next is read.
+      for await (const chunk of readRange(source, member.dataOffset, member.size, { reuse: true })) await stream.update(chunk);
+      const crc = await stream.digest();
       if (crc !== member.crc32) throw crcError(member, crc);
       checked = true;
     })();
@@ -271,16 +267,17 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
     size: member.size,
     async *range(offset, length, options) {
       if (!checked && offset === 0 && length === member.size) {
-        let crc = 0;
+        const stream = crc32Stream(codec, length);
         for await (const chunk of readRange(source, member.dataOffset, length, options)) {
-          // The check of a chunk runs while the consumer writes it (the write waits in the I/O
-          // threads), not after: a chunk the ring would reuse is not read again before it is done.
-          const checking = afterIo(() => {
-            crc = codec.crc32(chunk, crc);
-          });
+          // The check of a chunk runs while the consumer writes it (on the CRC thread for a long
+          // member, else once the write waits in the I/O threads), not after: a chunk the ring
+          // would reuse is not read again before it is done.
+          const checking = stream.update(chunk);
+          checking.catch(() => {});
           yield chunk;
           await checking;
         }
+        const crc = await stream.digest();
         if (crc !== member.crc32) throw crcError(member, crc);
         checked = true;
         return;

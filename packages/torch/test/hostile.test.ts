@@ -4,10 +4,12 @@
  * or an allocation the file did not pay for.
  */
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { crc32 as zlibCrc32 } from "node:zlib";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readTensorBytes } from "@st-convert/core";
+import { THREAD_CRC_FROM } from "@st-convert/npy";
 import { readTorch, unpickle } from "@st-convert/torch";
 import { errorCode } from "@st-convert/testing";
 import { Pickle, f32, statePickle, torchZip, zip } from "./build.js";
@@ -219,6 +221,25 @@ describe("views and storages that lie", () => {
 });
 
 describe("broken containers and pickles", () => {
+  it("a long stored record (checked on the CRC thread) reads whole, and one flipped byte in it is BadCrc", async () => {
+    const numel = THREAD_CRC_FROM / 4 + 1025;
+    const data = new Uint8Array(numel * 4);
+    for (let i = 0; i < data.byteLength; i += 4093) data[i] = (i * 31) & 0xff;
+    const marker = Uint8Array.of(0xde, 0xad, 0xbe, 0xef, 0x57, 0x43, 0x52, 0x43, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x21, 0x21);
+    data.set(marker, 0);
+    const pickle = statePickle({ w: { key: "0", numel, size: [numel], stride: [1] } });
+    const good = torchZip(pickle, { "0": data }, { crc: { "0": zlibCrc32(data) } });
+    const file = await readTorch(good);
+    expect(Buffer.from(await readTensorBytes(file.tensors[0]!)).equals(data)).toBe(true);
+    const bad = new Uint8Array(good);
+    const start = Buffer.from(bad).indexOf(Buffer.from(marker));
+    expect(start).toBeGreaterThan(0);
+    const at = start + data.byteLength - 7;
+    bad[at]! ^= 0x40;
+    const read = await readTorch(bad);
+    await expect(readTensorBytes(read.tensors[0]!)).rejects.toThrow(/Bad CRC-32 for member "archive\/data\/0"/);
+  });
+
   it("a truncated pickle member, a truncated archive", async () => {
     const pickle = statePickle({ w: W });
     expect(await errorCode(readTorch(torchZip(pickle.subarray(0, pickle.byteLength - 3), { "0": f32(1, 2, 3, 4) })))).toBe("UnexpectedEof");
