@@ -38,6 +38,12 @@ export interface ByteSink {
   readonly name?: string;
   /** Appends `chunk`. The sink does not keep a reference after the promise settles. */
   write(chunk: Uint8Array): Promise<void>;
+  /**
+   * Overwrites bytes the sink has already been given, `position` bytes from its first (a zip
+   * writer fills in a member's CRC-32 after its data, as CPython's zipfile does on a seekable
+   * file). Only on sinks that can seek: a file sink's temporary file, memory; not a pipe.
+   */
+  patch?(position: number, bytes: Uint8Array): Promise<void>;
   /** Everything was written: make it visible (a file sink renames its temporary file into place). */
   close(): Promise<void>;
   /** Something failed: leave nothing behind. Safe to call more than once, and after `close` failed. */

@@ -369,7 +369,10 @@ async function atomicSink(name: string, targetPath: string, existing: Stats | un
     throw ioError(error, name, targetPath === name ? "cannot create the output" : `cannot create the output's link target ${targetPath}`);
   }
   const file = fd;
-  const writer = new CoalescingWriter((bytes, offset, length) => writeAt(file, bytes, offset, length));
+  const writer = new CoalescingWriter(
+    (bytes, offset, length) => writeAt(file, bytes, offset, length),
+    (bytes, position) => writePositioned(file, bytes, position),
+  );
   let state: "open" | "written" | "closed" | "aborted" = "open";
   let closed = false;
   const release = async (): Promise<void> => {
@@ -384,6 +387,12 @@ async function atomicSink(name: string, targetPath: string, existing: Stats | un
     targetPath,
     tempPath,
     write: (chunk) => writeWhileOpen(writer, state, name, chunk),
+    async patch(position, bytes) {
+      if (state !== "open") throw new StConvertError("Io", `patch of a ${state} sink`, { file: name });
+      await writer.patch(position, bytes).catch((error: unknown) => {
+        throw ioError(error, name, "write failed");
+      });
+    },
     async close() {
       if (state !== "open") throw new StConvertError("Io", `close of a ${state} sink`, { file: name });
       try {
@@ -433,6 +442,19 @@ function quietly(step: () => void): void {
     step();
   } catch {
     // Nothing to undo, or nothing more to do about it.
+  }
+}
+
+/** Writes all of `bytes` at `position` of the file (bytes written before, changed in place). */
+async function writePositioned(fd: number, bytes: Uint8Array, position: number): Promise<void> {
+  for (let done = 0; done < bytes.byteLength; ) {
+    const n = bytes.byteLength - done;
+    done +=
+      n < SYNC_IO_BELOW
+        ? writeSync(fd, bytes, done, n, position + done)
+        : await new Promise<number>((resolve, reject) =>
+            write(fd, bytes, done, n, position + done, (error, written) => (error === null ? resolve(written) : reject(error))),
+          );
   }
 }
 
@@ -581,15 +603,38 @@ type WriteOnce = (bytes: Uint8Array, offset: number, length: number) => Promise<
  */
 class CoalescingWriter {
   readonly #out: WriteOnce;
+  readonly #outAt: ((bytes: Uint8Array, position: number) => Promise<void>) | undefined;
   #buffer: Uint8Array | undefined;
   #filled = 0;
+  /** Bytes handed to the file so far (the buffer holds the ones after them). */
+  #written = 0;
   #queue: Promise<void> = Promise.resolve();
   /** Steps queued and not finished: while there are none, a small chunk is taken at once. */
   #queued = 0;
   #failure: { error: unknown } | undefined;
 
-  constructor(out: WriteOnce) {
+  constructor(out: WriteOnce, outAt?: (bytes: Uint8Array, position: number) => Promise<void>) {
     this.#out = out;
+    this.#outAt = outAt;
+  }
+
+  /**
+   * Overwrites bytes given before, `position` from the first: in the buffer where they still are,
+   * by a positioned write where they reached the file. In order with the writes around it.
+   */
+  patch(position: number, bytes: Uint8Array): Promise<void> {
+    return this.#enqueue(async () => {
+      const end = position + bytes.byteLength;
+      if (!Number.isSafeInteger(position) || position < 0 || end > this.#written + this.#filled) {
+        throw new StConvertError("Io", `a patch of bytes ${position} to ${end} reaches past the ${this.#written + this.#filled} written`);
+      }
+      const inFile = Math.max(0, Math.min(end, this.#written) - position);
+      if (inFile > 0) {
+        if (this.#outAt === undefined) throw new StConvertError("Io", "this output cannot seek back to change bytes written");
+        await this.#outAt(bytes.subarray(0, inFile), position);
+      }
+      if (inFile < bytes.byteLength) this.#buffer!.set(bytes.subarray(inFile), position + inFile - this.#written);
+    });
   }
 
   write(chunk: Uint8Array): Promise<void> {
@@ -634,6 +679,7 @@ class CoalescingWriter {
     if (chunk.byteLength >= SINK_COALESCE_BELOW) {
       await this.#drain();
       await writeFully(this.#out, chunk);
+      this.#written += chunk.byteLength;
       return;
     }
     if (this.#filled + chunk.byteLength > SINK_BUFFER_SIZE) await this.#drain();
@@ -659,6 +705,7 @@ class CoalescingWriter {
   async #drain(): Promise<void> {
     if (this.#filled === 0 || this.#buffer === undefined) return;
     await writeFully(this.#out, this.#buffer.subarray(0, this.#filled));
+    this.#written += this.#filled;
     this.#filled = 0;
   }
 }

@@ -87,6 +87,44 @@ describe("file sink ordering", () => {
   });
 });
 
+describe("file sink patches", () => {
+  it("changes bytes given before: in the buffer, in the file, or across both", async () => {
+    const path = join(dir, "patched.bin");
+    const sink = await createFileSink(path);
+    if (sink.patch === undefined) throw new Error("a file sink patches");
+    const expected = new Uint8Array(10 + 200_000 + 30);
+    let end = 0;
+    const put = async (size: number, value: number) => {
+      expected.fill(value, end, end + size);
+      end += size;
+      await sink.write(new Uint8Array(size).fill(value));
+    };
+    const patch = async (at: number, bytes: Uint8Array) => {
+      expected.set(bytes, at);
+      await sink.patch!(at, bytes);
+    };
+    await put(10, 1);
+    await patch(2, Uint8Array.of(9, 9)); // still in the buffer
+    await put(200_000, 2); // large: the buffer goes out first
+    await patch(5, Uint8Array.of(7, 7, 7)); // in the file
+    await put(30, 3);
+    await patch(200_005, new Uint8Array(10).fill(8)); // across the file and the buffer
+    await sink.close();
+    expect(readFileSync(path).equals(expected)).toBe(true);
+  });
+
+  it("refuses a patch past the bytes written, and a stream has none", async () => {
+    const sink = await createFileSink(join(dir, "short.bin"));
+    await sink.write(new Uint8Array(8));
+    await expect(sink.patch!(4, new Uint8Array(5))).rejects.toMatchObject({ code: "Io" });
+    await sink.abort();
+    const stream = await createFileSink("/dev/null");
+    expect(stream.kind).toBe("stream");
+    expect(stream.patch).toBeUndefined();
+    await stream.close();
+  });
+});
+
 describe("file source", () => {
   it("reads exact ranges and refuses ranges past the end", async () => {
     const path = join(dir, "in.bin");

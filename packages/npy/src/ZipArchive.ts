@@ -821,6 +821,54 @@ export class ZipWriter {
     return out;
   }
 
+  /** Whether the sink can change bytes already written, for {@link ZipWriter.addStoredPatched}. */
+  get canPatch(): boolean {
+    return this.#sink.patch !== undefined;
+  }
+
+  /**
+   * A stored member of `size` bytes written in one pass, with the same bytes as
+   * {@link ZipWriter.addStored}: its local header goes out with a CRC-32 of 0, and the CRC of the
+   * bytes as they passed is written into it afterwards (as CPython's zipfile does on a seekable
+   * file). Only where the sink can patch ({@link ZipWriter.canPatch}).
+   * @throws StConvertError `ByteLengthMismatch` when `data` delivers another byte count than `size`.
+   */
+  async addStoredPatched(name: string, size: number, data: AsyncIterable<Uint8Array>): Promise<void> {
+    const { bytes, flags } = encodeName(name);
+    const offset = this.#offset;
+    await this.#put(this.#localHeader(bytes, flags, 0, 0, size, size));
+    const stream = crc32Stream(this.#codec, size);
+    let written = 0;
+    for await (const chunk of data) {
+      written += chunk.byteLength;
+      if (written > size) break;
+      // Folded in while the chunk is written (on the CRC thread for a long member).
+      const checking = stream.update(chunk);
+      checking.catch(() => {});
+      await this.#put(chunk);
+      await checking;
+    }
+    const crc32 = await stream.digest();
+    if (written !== size) {
+      throw new StConvertError("ByteLengthMismatch", `member ${JSON.stringify(name)}: ${size} bytes were declared and its data ran to ${written}`);
+    }
+    const field = new Uint8Array(4);
+    le32(field, 0, crc32);
+    await this.#patch(offset + 14, field);
+    this.#entries.push({ name: bytes, flags, method: 0, crc32, compressedSize: size, size, headerOffset: offset });
+  }
+
+  /** Changes bytes put before: in the batch where they still are, else in the sink. */
+  async #patch(position: number, bytes: Uint8Array): Promise<void> {
+    const batchStart = this.#offset - this.#batched;
+    if (position >= batchStart) {
+      this.#batch.set(bytes, position - batchStart);
+      return;
+    }
+    if (position + bytes.byteLength > batchStart) await this.#flush();
+    await this.#sink.patch!(position, bytes);
+  }
+
   /**
    * A stored member whose CRC-32 and size are known before its bytes (numpy's layout when it
    * writes to a file). The bytes are checked against both as they pass.

@@ -341,8 +341,9 @@ export interface NpzWriteOptions {
   /** Deflate the members, as `np.savez_compressed` does. Default false (stored, as `np.savez`). */
   compress?: boolean;
   /**
-   * Read each stored tensor twice, a CRC-32 pass and then the copy, so that stored members carry
-   * their CRC and sizes in the local header. Default true: the archive is then byte-identical to
+   * Stored members carry their CRC and sizes in the local header. Into a sink that can seek (a
+   * file) each tensor is read once and its CRC written into the header after its data; into one
+   * that cannot (a pipe), each is read twice, a CRC-32 pass and then the copy. Default true: the archive is then byte-identical to
    * `np.savez`'s to a file (with no metadata or void dtypes), and readers that cannot handle data
    * descriptors on stored members (Java's `ZipInputStream`, streaming unzippers) read it; reading
    * costs less than writing, so the extra pass is cheap next to the copy. `false`: one pass, the
@@ -449,6 +450,9 @@ export async function writeNpz(source: TensorSource, sink: ByteSink, options: Np
       else if (options.crcPrePass !== false && tensor.byteLength <= SMALL_TENSOR) {
         // One read into memory serves the CRC and the copy.
         await zip.addStoredBytes(member, [header, await readTensorBytes(tensor)]);
+      } else if (options.crcPrePass !== false && zip.canPatch) {
+        // A sink that can seek: one pass, the CRC written into the local header after the data.
+        await zip.addStoredPatched(member, header.byteLength + tensor.byteLength, data());
       } else if (options.crcPrePass !== false) {
         const crc = await crcOf(data(), codec);
         await zip.addStored(member, header.byteLength + tensor.byteLength, crc, data());

@@ -22,6 +22,7 @@ import {
   tensorByteLength,
   tensorFromBytes,
 } from "@st-convert/core";
+import { createFileSink } from "@st-convert/core/node";
 import { type NpzWriteOptions, readNpy, readNpz, writeNpy, writeNpz } from "@st-convert/npy";
 import { describeInterop, fixturePath, makeTempDir, pseudoRandomBytes, runPython, toHex } from "@st-convert/testing";
 import { STRICTER_THAN_NUMPY, hostileNpy } from "./hostileNpy.js";
@@ -162,6 +163,22 @@ describeInterop("npy/npz interop with numpy", (python) => {
     }
     expect(cases.length).toBe(18 * SHAPES.length);
   }, 120_000);
+
+  it("into a file, tensors past 1 MiB are written in one pass with the CRC filled in after: np.savez's bytes", async () => {
+    const tensors = [
+      tensorFromBytes({ name: "small", dtype: "I64", shape: [3] }, bytesFor(1, "I64", [3])),
+      tensorFromBytes({ name: "big", dtype: "F32", shape: [700, 600] }, bytesFor(2, "F32", [700, 600])),
+      tensorFromBytes({ name: "bigger", dtype: "U8", shape: [3, 1 << 20] }, bytesFor(3, "U8", [3, 1 << 20])),
+    ];
+    const theirs = join(dir, "savez-big.npz");
+    save([{ spec: { mode: "savez", arrays: await Promise.all(tensors.map(specOf)) }, out: theirs }]);
+    const ours = join(dir, "ours-big.npz");
+    const sink = await createFileSink(ours);
+    expect(sink.patch).toBeDefined();
+    await writeNpz({ metadata: null, tensors }, sink);
+    await sink.close();
+    expect(createHash("sha256").update(readFileSync(ours)).digest("hex")).toBe(createHash("sha256").update(readFileSync(theirs)).digest("hex"));
+  });
 
   it("our stored .npz equals np.savez's, to a file (default) and to a pipe (crcPrePass: false); numpy's compressed .npz reads back the same", async () => {
     const tensors = NUMPY_DTYPES.filter((d) => d !== "F8_E5M2").map((dtype, i) => {

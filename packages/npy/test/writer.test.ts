@@ -4,6 +4,7 @@
  * built from a fake multi-GiB tensor (nothing that large ever exists in memory or on disk).
  */
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
   type ByteSink,
@@ -17,7 +18,8 @@ import {
   tensorFromBytes,
 } from "@st-convert/core";
 import { type NpzWriteOptions, readNpy, readNpz, writeNpy, writeNpz } from "@st-convert/npy";
-import { fixturePath, toHex } from "@st-convert/testing";
+import { createFileSink } from "@st-convert/core/node";
+import { fixturePath, makeTempDir, toHex } from "@st-convert/testing";
 
 const manifest = JSON.parse(readFileSync(fixturePath("npy", "manifest.json"), "utf8")) as Record<string, { dtypes?: string[] }>;
 const fixture = (name: string) => readFileSync(fixturePath("npy", name));
@@ -188,6 +190,36 @@ describe("writeNpz", () => {
       tensor: "fickle",
     });
     expect(pass).toBe(2);
+  });
+
+  it("into a sink that can patch (a file), reads a large tensor once and writes the same bytes as the pre-pass", async () => {
+    const size = 3 * 1024 * 1024 + 5;
+    let reads = 0;
+    const counted = (name: string): TensorEntry => ({
+      name,
+      dtype: "U8",
+      shape: [size],
+      byteLength: size,
+      async *chunks() {
+        reads++;
+        for (let at = 0; at < size; at += 1 << 20) yield Uint8Array.from({ length: Math.min(1 << 20, size - at) }, (_, i) => (at + i) * 7);
+      },
+    });
+    const source = { metadata: null, tensors: [counted("a"), tensorFromBytes({ name: "s", dtype: "U8", shape: [2] }, Uint8Array.of(1, 2)), counted("b")] };
+    const prePass = await write(writeNpz, source);
+    expect(reads).toBe(4);
+    reads = 0;
+    const { dir, cleanup } = makeTempDir();
+    try {
+      const path = join(dir, "one-pass.npz");
+      const sink = await createFileSink(path);
+      await writeNpz(source, sink);
+      await sink.close();
+      expect(reads).toBe(2);
+      expect(toHex(readFileSync(path))).toBe(toHex(prePass));
+    } finally {
+      cleanup();
+    }
   });
 
   it("reads a small tensor once, for both its CRC and its copy, to the same bytes", async () => {
