@@ -68,11 +68,11 @@ type SentError = { coded: true; code: string; rule: string; file?: string; tenso
 
 /**
  * Threads for a batch: the main one alone, unless there are several jobs at once (`jobs`), cores
- * for them, at least {@link FILES_PER_WORKER} files per extra thread, and nothing that cannot
+ * for them, files to convert (not a dry run), at least {@link FILES_PER_WORKER} files per extra thread, and nothing that cannot
  * cross to a worker (formats of the caller's own, URL inputs, whose traffic is counted here).
  */
 export function batchThreads(planned: readonly BatchJob[], options: ConvertManyOptions, jobs: number): number {
-  if (jobs < 2 || (options.formats !== undefined && options.formats !== FORMATS)) return 1;
+  if (jobs < 2 || options.dryRun === true || (options.formats !== undefined && options.formats !== FORMATS)) return 1;
   if (planned.some((job) => isRemoteInput(job.input))) return 1;
   return Math.max(1, Math.min(jobs, availableParallelism(), Math.floor(planned.length / FILES_PER_WORKER)));
 }

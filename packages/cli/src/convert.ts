@@ -319,11 +319,15 @@ async function openInput(
 ): Promise<{ format: TensorFormat; tensors: OpenedInput }> {
   const transforms = compileTransforms(options);
   const dropped = new Set<string>();
-  const include = (name: string): boolean => {
-    const keep = selects(transforms, name);
-    if (!keep) dropped.add(name);
-    return keep;
-  };
+  // No selection: every tensor is kept, and no reader is asked about each one.
+  const selecting = transforms.filter.length > 0 || transforms.exclude.length > 0;
+  const include = !selecting
+    ? undefined
+    : (name: string): boolean => {
+        const keep = selects(transforms, name);
+        if (!keep) dropped.add(name);
+        return keep;
+      };
   const format = await detectInputFormat(source, options.from, formats);
   const all = await format.open(source, {
     options: options.formatOptions ?? {},
@@ -334,7 +338,7 @@ async function openInput(
     openSibling,
     include,
   });
-  for (const entry of all.tensors) include(entry.name);
+  if (include !== undefined) for (const entry of all.tensors) include(entry.name);
   return { format, tensors: { selected: transformTensors(all, transforms), dropped } };
 }
 
