@@ -408,9 +408,25 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
   const formatVersion = record(".format_version");
   // torch compares it as bytes (>= b"1") and refuses nothing; read so that its size and CRC are checked, as torch reads it.
   if (formatVersion !== undefined) await head(formatVersion, 0);
-  // torch reads the serialization id when it opens the archive, and nothing else of it.
+  // torch reads the serialization id when it opens the archive, as a str: it must be UTF-8.
   const serializationId = record(".data/serialization_id");
-  if (serializationId !== undefined) await head(serializationId, 0);
+  if (serializationId !== undefined) {
+    const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+    let valid = true;
+    for await (const chunk of memberBytes(serializationId).range(0, serializationId.size, {})) {
+      try {
+        if (valid) utf8.decode(chunk, { stream: true });
+      } catch {
+        valid = false;
+      }
+    }
+    try {
+      if (valid) utf8.decode();
+    } catch {
+      valid = false;
+    }
+    if (!valid) fail("InvalidCheckpoint", `the .data/serialization_id record is not UTF-8; torch: "'utf-8' codec can't decode"`);
+  }
   let bigEndian = false;
   const byteorder = record("byteorder");
   if (byteorder !== undefined) {

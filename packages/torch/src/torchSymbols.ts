@@ -127,6 +127,44 @@ export function asTorch(value: PickleValue): TorchNative | undefined {
   return value !== null && typeof value === "object" && value.kind === "native" ? (value.value as TorchNative) : undefined;
 }
 
+/**
+ * Python's truth of a value, where it is known without running anything: an opaque call's result
+ * (undefined here) could be either.
+ */
+function isTruthy(value: PickleValue): boolean | undefined {
+  if (value === null) return false;
+  switch (typeof value) {
+    case "boolean":
+      return value;
+    case "number":
+      return value !== 0;
+    case "bigint":
+      return value !== 0n;
+    case "string":
+      return value.length > 0;
+  }
+  switch (value.kind) {
+    case "float":
+      return value.value !== 0;
+    case "bytes":
+      return value.bytes.byteLength > 0;
+    case "tuple":
+    case "list":
+    case "set":
+      return value.items.length > 0;
+    case "dict":
+      return value.entries.size > 0;
+    case "opaque":
+      return undefined;
+    default:
+      return true;
+  }
+}
+
+function isDict(value: PickleValue): boolean {
+  return value !== null && typeof value === "object" && value.kind === "dict";
+}
+
 function isGlobal(value: PickleValue, module: string, name?: string): value is PyGlobal {
   return value !== null && typeof value === "object" && value.kind === "global" && value.module === module && (name === undefined || value.name === name);
 }
@@ -203,6 +241,10 @@ export function storageFromPersistentId(pid: PickleValue, format: "zip" | "legac
         ? STORAGE_CLASSES.get(cls.name)
         : undefined;
   if (storageDtype === undefined) return invalidStorage(`unknown storage class ${className}`);
+  // A legacy file predates untyped storages: torch's legacy loader asks the class for its dtype.
+  if (format === "legacy" && storageDtype === BYTES && cls.name === "UntypedStorage") {
+    return invalidStorage(`a legacy checkpoint's storage class is ${className}, which has no dtype; torch: "has no attribute 'dtype'"`);
+  }
   if (typeof key !== "string") return invalidStorage(`the storage key is ${describeValue(key as PickleValue)}, not a str`);
   if (typeof numel !== "number" || !Number.isSafeInteger(numel) || numel < 0) {
     return invalidStorage(`storage ${JSON.stringify(key)} declares ${describeValue(numel as PickleValue)} elements, not a non-negative integer below 2^53`);
@@ -252,6 +294,12 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
     tensorDtype = found;
   }
   if (name !== "_rebuild_tensor") checkRequiresGrad(a[4], tensorDtype, where);
+  // The optional last argument, tensor metadata: torch sets it when it is true in Python's sense,
+  // and asserts that it is a dict.
+  const metadata = name === "_rebuild_tensor_v2" ? a[6] : name === "_rebuild_tensor_v3" ? a[7] : undefined;
+  if (metadata !== undefined && isTruthy(metadata) === true && !isDict(metadata)) {
+    invalid(`the metadata argument of ${where} is ${describeValue(metadata)}, not a dict; torch: "expected dict"`);
+  }
   // torch multiplies the sizes left to right in int64 ("numel: integer multiplication overflow"),
   // so [2^32, 2^32, 0] overflows before the 0 and [0, 2^32, 2^32] does not.
   let numel = 1n;

@@ -59,7 +59,17 @@ export class Pickle {
     return this.raw(0x2e);
   }
   /** `_rebuild_tensor_v2(('storage', torch.<cls>, key, 'cpu', numel), offset, size, stride, False, OrderedDict())`. */
-  tensor(t: { cls?: string; key: string; numel: number; offset?: number; size: readonly number[]; stride: readonly number[]; v3?: string }): this {
+  tensor(t: {
+    cls?: string;
+    key: string;
+    numel: number;
+    offset?: number;
+    size: readonly number[];
+    stride: readonly number[];
+    v3?: string;
+    /** Pushes the optional last argument, tensor metadata. */
+    metadata?: (p: Pickle) => Pickle;
+  }): this {
     this.global("torch._utils", t.v3 === undefined ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3").mark();
     this.mark().str("storage");
     if (t.v3 === undefined) this.global("torch", t.cls ?? "FloatStorage");
@@ -73,6 +83,7 @@ export class Pickle {
       .raw(0x29)
       .reduce();
     if (t.v3 !== undefined) this.global("torch", t.v3);
+    t.metadata?.(this);
     return this.tuple().reduce();
   }
   bytes(): Uint8Array {

@@ -220,6 +220,60 @@ describe("views and storages that lie", () => {
   });
 });
 
+describe("one file, one meaning: what torch refuses as it rebuilds", () => {
+  it("rebuild-metadata-not-a-dict: a true metadata argument that is not a dict is refused; a false one or a dict is read", async () => {
+    const withMetadata = (metadata: (p: Pickle) => Pickle) => torchZip(statePickle({ w: { ...W, metadata } }), { "0": f32(1, 2, 3, 4) });
+    for (const bad of [(p: Pickle) => p.raw(0x88), (p: Pickle) => p.global("torch", "float32"), (p: Pickle) => p.str("x"), (p: Pickle) => p.int(1)]) {
+      await expect(readAll(withMetadata(bad))).rejects.toThrow(/metadata argument of torch\._utils\._rebuild_tensor_v2 .* not a dict/);
+    }
+    for (const fine of [
+      (p: Pickle) => p.raw(0x89),
+      (p: Pickle) => p.raw(0x4e),
+      (p: Pickle) => p.int(0),
+      (p: Pickle) => p.raw(0x7d),
+      (p: Pickle) => p.str(""),
+    ]) {
+      const file = await readAll(withMetadata(fine));
+      expect(file.tensors.map((t) => t.name)).toEqual(["w"]);
+    }
+  });
+
+  it("legacy-untyped-storage: a legacy checkpoint's storage of class UntypedStorage is refused (torch asks it for a dtype)", async () => {
+    const legacy = (cls: [string, string]) => {
+      const magic = new Pickle().proto().raw(0x8a, 10, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19).stop().bytes();
+      const protocol = new Pickle().proto().int(1001).stop().bytes();
+      const sysInfo = new Pickle().proto().dict().str("protocol_version").int(1001).setitem().str("little_endian").raw(0x88).setitem().stop().bytes();
+      const object = new Pickle().proto().dict().str("w").global("torch._utils", "_rebuild_tensor_v2").mark();
+      object
+        .mark()
+        .str("storage")
+        .global(...cls)
+        .str("0")
+        .str("cpu")
+        .int(4)
+        .raw(0x4e)
+        .tuple()
+        .raw(0x51);
+      object.int(0).ints([4]).ints([1]).raw(0x89).global("collections", "OrderedDict").raw(0x29).reduce().tuple().reduce().setitem().stop();
+      const keys = new Pickle().proto().mark().str("0").raw(0x6c).stop().bytes();
+      const storage = new Uint8Array(8 + 16);
+      new DataView(storage.buffer).setBigInt64(0, 4n, true);
+      storage.set(f32(1, 2, 3, 4), 8);
+      return Buffer.concat([magic, protocol, sysInfo, object.bytes(), keys, storage]);
+    };
+    const typed = await readAll(legacy(["torch", "FloatStorage"]));
+    expect(typed.tensors.map((t) => [t.name, t.dtype])).toEqual([["w", "F32"]]);
+    await expect(readAll(legacy(["torch.storage", "UntypedStorage"]))).rejects.toThrow(/legacy checkpoint's storage class is torch\.storage\.UntypedStorage/);
+  });
+
+  it("serialization-id-not-utf8: a .data/serialization_id record that is not UTF-8 is refused, as torch decodes it", async () => {
+    const pickle = statePickle({ w: W });
+    const id = (bytes: Uint8Array) => torchZip(pickle, { "0": f32(1, 2, 3, 4) }, { extra: [{ name: "archive/.data/serialization_id", data: bytes }] });
+    expect((await readAll(id(new TextEncoder().encode("1234567890abcdef")))).tensors).toHaveLength(1);
+    await expect(readAll(id(Uint8Array.of(0x31, 0x32, 0xb1, 0x33)))).rejects.toThrow(/serialization_id record is not UTF-8/);
+  });
+});
+
 describe("broken containers and pickles", () => {
   it("a long stored record (checked on the CRC thread) reads whole, and one flipped byte in it is BadCrc", async () => {
     const numel = THREAD_CRC_FROM / 4 + 1025;
