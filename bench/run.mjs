@@ -572,8 +572,7 @@ function shaOfOutput(path) {
   return hash.digest("hex");
 }
 
-function runManySection(counts, folderCounts) {
-  const results = [];
+function* runManySection(counts, folderCounts) {
   for (const count of [...new Set([...counts, ...folderCounts])].sort((a, b) => a - b)) {
     const dir = join(work, `many-${count}`);
     mkdirSync(dir, { recursive: true });
@@ -595,19 +594,20 @@ function runManySection(counts, folderCounts) {
         continue;
       }
       console.log(`bench: ${count.toLocaleString("en")} small tensors, ${row.name} …`);
+      let result;
       try {
-        results.push(timeManyRow(row, inputFor(row.input), dir));
+        result = timeManyRow(row, inputFor(row.input), dir);
       } catch (error) {
         // One failing row (a command that crashes at this count) leaves the others' figures.
         const lines = error.message.split("\n");
         const message = lines.find((line) => line.startsWith("st-convert:")) ?? lines[0];
         console.warn(`bench: ${row.name} at ${count} failed: ${message}`);
-        results.push({ row, failed: message, date: today(), runs });
+        result = { row, failed: message, date: today(), runs };
       }
+      yield result;
     }
     rmSync(dir, { recursive: true, force: true });
   }
-  return results;
 }
 
 /** One row of the section: interleaved runs of st-convert and its Python equivalent, then the outputs compared. */
@@ -815,10 +815,12 @@ const wantsMany = values.only === undefined || values.only.split("|").some((part
 const manyCounts = values.many.split(",").map(Number);
 if (wantsMany && python !== undefined) {
   enterState(states[0]);
-  for (const result of runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts))
+  for (const result of runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts)) {
     stored.many[`${result.row.count} ${result.row.name}`] = { ...result, row: { ...result.row, state: states[0] } };
+    // Row by row: an interrupted run keeps what it measured.
+    saveResults(stored);
+  }
   leaveState();
-  saveResults(stored);
 }
 // Written before the long big-file runs too, so that an interrupted run still leaves its figures.
 writeFileSync(resolve(root, values.out), renderStored(stored));

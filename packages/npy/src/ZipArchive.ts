@@ -190,9 +190,9 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
         const end64 = view(await source.read(end64At, END64_SIZE));
         if (end64.getUint32(0, true) === SIG_END64) {
           zip64 = true;
-          // zipfile walks the directory by its size and ignores the count; so do we, but a count
-          // past any file is refused like the other fields.
-          declaredCount = u64(end64, 32, "entry count");
+          // zipfile walks the directory by its size and ignores the count, whatever it says; so do
+          // we. miniz compares it with the directory (and cannot count past 2^32).
+          if (miniz) declaredCount = u64(end64, 32, "entry count");
           directorySize = u64(end64, 40, "central directory size");
           directoryOffset = u64(end64, 48, "central directory offset");
           // miniz reads the ZIP64 end record where the locator points, and checks its disks and counts.

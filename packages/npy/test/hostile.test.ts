@@ -155,6 +155,31 @@ describe("hostile npz", () => {
     await refused(many, "npz", "LimitExceeded", { maxDirectorySize: 1000 });
   });
 
+  it("zip64-entry-count-ignored: a ZIP64 end record counting 2^53 members is read by its directory, as zipfile reads it", async () => {
+    const bytes = zipOf([member()]);
+    const eocd = bytes.subarray(bytes.byteLength - 22);
+    const e = new DataView(eocd.buffer, eocd.byteOffset);
+    const cdSize = e.getUint32(12, true);
+    const cdOffset = e.getUint32(16, true);
+    const end64 = new Uint8Array(56);
+    const v = new DataView(end64.buffer);
+    v.setUint32(0, 0x06064b50, true);
+    v.setBigUint64(4, 44n, true);
+    v.setUint16(12, 45, true);
+    v.setUint16(14, 45, true);
+    v.setBigUint64(24, 2n ** 53n, true);
+    v.setBigUint64(32, 2n ** 53n, true);
+    v.setBigUint64(40, BigInt(cdSize), true);
+    v.setBigUint64(48, BigInt(cdOffset), true);
+    const locator = new Uint8Array(20);
+    const l = new DataView(locator.buffer);
+    l.setUint32(0, 0x07064b50, true);
+    l.setBigUint64(8, BigInt(bytes.byteLength - 22), true);
+    l.setUint32(16, 1, true);
+    const file = await readNpz(Buffer.concat([bytes.subarray(0, bytes.byteLength - 22), end64, locator, eocd]));
+    expect(file.tensors.map((t) => t.name)).toEqual(["a"]);
+  });
+
   it("refuses a multi-disk zip64 locator", async () => {
     const bytes = zipOf([member()]);
     const locator = new Uint8Array(20);

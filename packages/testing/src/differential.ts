@@ -335,6 +335,12 @@ function hasDuplicateNames(v: ReferenceVerdict): boolean {
 }
 
 const isZip = (bytes: Uint8Array): boolean => bytes[0] === 0x50 && bytes[1] === 0x4b;
+/** Whether the archive's first local header names an `.npy` member (the content that makes a file npz). */
+const firstMemberIsNpy = (bytes: Uint8Array): boolean => {
+  if (bytes.byteLength < 30 || bytes[2] !== 0x03 || bytes[3] !== 0x04) return false;
+  const length = bytes[26]! | (bytes[27]! << 8);
+  return new TextDecoder("latin1").decode(bytes.subarray(30, 30 + length)).endsWith(".npy");
+};
 const refusesWith = (c: DifferentialCase, ...codes: string[]): boolean => !c.ours.ok && codes.includes(c.ours.code);
 const referenceAccepts = (c: DifferentialCase): boolean => c.reference.ok;
 const referenceRefuses = (c: DifferentialCase, pattern: RegExp): boolean =>
@@ -551,9 +557,12 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
     id: "torch-extension-npz-content",
     formats: ["torch"],
     summary:
-      "a .pt/.bin zip whose first member is an .npy (and that also holds checkpoint records elsewhere): the content decides and we read it as npz, as np.load does; torch refuses it ('not in a subdirectory')",
+      "a .pt/.bin zip whose first member is an .npy (and that also holds checkpoint records elsewhere): the content decides and we read it as npz, as np.load does; torch refuses it ('not in a subdirectory', or miniz's own refusal of a zip detail that zipfile reads)",
     reason: "the torch extensions are shared by other files (.bin above all), so content decides; np.load reads this file and we read the same arrays it reads",
-    matches: (c) => referenceRefuses(c, /not in a subdirectory: [^/]*\.npy$/) && isZip(c.bytes),
+    matches: (c) =>
+      isZip(c.bytes) &&
+      (referenceRefuses(c, /not in a subdirectory: [^/]*\.npy$/) ||
+        (referenceRefuses(c, /PytorchStreamReader failed reading zip archive/) && firstMemberIsNpy(c.bytes))),
   },
   {
     id: "torch-stricter-storages",
