@@ -370,7 +370,13 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
     }
     bad(`APPEND to ${describeValue(target)}`);
   };
-  const call = (callee: PickleValue, args: PickleValue): PickleValue => {
+  const call = (callee: PickleValue, given: PickleValue): PickleValue => {
+    // torch's weights-only unpickler calls func(*args): a list serves as a tuple, and so does a set
+    // of at most one item (a longer set's order is Python's hash order, which nothing here can know).
+    let args = given;
+    if (args !== null && typeof args === "object" && (args.kind === "list" || (args.kind === "set" && args.items.length <= 1))) {
+      args = { kind: "tuple", items: [...args.items], depth: args.depth };
+    }
     if (args === null || typeof args !== "object" || args.kind !== "tuple")
       bad(`the arguments of ${symbolName(callee)} are ${describeValue(args)}, not a tuple`);
     if (callee !== null && typeof callee === "object" && callee.kind === "global") {

@@ -192,6 +192,18 @@ function int64(value: PickleValue, what: string): bigint {
  * A tuple of ints as torch's parser takes an int list: it checks the type of the first item only,
  * so a bool after the first counts as 0 or 1 (Python's bool is an int), and one first is refused.
  */
+/** C-order strides of `size` (a dimension of 0 counts as 1, as torch computes them). */
+function contiguousStrides(size: readonly bigint[]): bigint[] {
+  const strides = new Array<bigint>(size.length);
+  let step = 1n;
+  for (let i = size.length - 1; i >= 0; i--) {
+    strides[i] = step;
+    const d = size[i]!;
+    step *= d > 1n ? d : 1n;
+  }
+  return strides;
+}
+
 function intTuple(value: PickleValue, what: string): bigint[] {
   // torch.Size pickles as REDUCE(torch.Size, (tuple,)): accepted where a tuple is.
   if (value !== null && typeof value === "object" && value.kind === "opaque" && value.callee === "torch.Size") {
@@ -281,7 +293,8 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   const offset = int64(a[1]!, "storage_offset");
   if (offset < 0n) invalid(`storage_offset is ${offset}; torch: "invalid storage offset"`);
   const size = intTuple(a[2]!, "size");
-  const stride = intTuple(a[3]!, "stride");
+  // torch's set_ takes stride=None for the contiguous strides of the size.
+  const stride = a[3] === null ? contiguousStrides(size) : intTuple(a[3]!, "stride");
   if (size.length !== stride.length) invalid(`size has ${size.length} dimensions but stride has ${stride.length}`);
   let tensorDtype = storage.dtype;
   if (name === "_rebuild_tensor_v3") {

@@ -266,6 +266,45 @@ describe("one file, one meaning: what torch refuses as it rebuilds", () => {
     await expect(readAll(legacy(["torch.storage", "UntypedStorage"]))).rejects.toThrow(/legacy checkpoint's storage class is torch\.storage\.UntypedStorage/);
   });
 
+  it("reduce-arguments-not-a-tuple: a list of arguments, or a set of at most one, is called as a tuple is (torch calls func(*args)); a longer set is refused", async () => {
+    // `_rebuild_tensor_v2` on (storage, 0, (4,), (1,), False, OrderedDict(*X)), X given as ().
+    const withHooks = (hooks: (p: Pickle) => Pickle) => {
+      const p = new Pickle().proto().dict().str("w").global("torch._utils", "_rebuild_tensor_v2").mark();
+      p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").int(4).tuple().raw(0x51);
+      p.int(0).ints([4]).ints([1]).raw(0x89).global("collections", "OrderedDict");
+      hooks(p).reduce().tuple().reduce().setitem().stop();
+      return torchZip(p.bytes(), { "0": f32(1, 2, 3, 4) });
+    };
+    const expected = await readAll(withHooks((p) => p.raw(0x29)));
+    for (const args of [(p: Pickle) => p.raw(0x5d), (p: Pickle) => p.raw(0x8f)]) {
+      const file = await readAll(withHooks(args));
+      expect(file.tensors.map((t) => [t.name, t.dtype, t.shape])).toEqual(expected.tensors.map((t) => [t.name, t.dtype, t.shape]));
+    }
+    // EMPTY_SET, MARK, two items, ADDITEMS: two items in Python's hash order.
+    await expect(readAll(withHooks((p) => p.raw(0x8f).mark().int(1).int(2).raw(0x90)))).rejects.toThrow(/not a tuple/);
+  });
+
+  it("stride-none: a stride of None is the size's contiguous strides, as torch's set_ takes it", async () => {
+    const bytes = f32(1, 2, 3, 4, 5, 6);
+    const read = async (stride: (p: Pickle) => Pickle) => {
+      const p = new Pickle().proto().dict().str("w").global("torch._utils", "_rebuild_tensor_v2").mark();
+      p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").int(6).tuple().raw(0x51);
+      stride(p.int(0).ints([2, 3]))
+        .raw(0x89)
+        .global("collections", "OrderedDict")
+        .raw(0x29)
+        .reduce()
+        .tuple()
+        .reduce()
+        .setitem()
+        .stop();
+      const file = await readAll(torchZip(p.bytes(), { "0": bytes }));
+      return [file.tensors[0]!.shape, [...(await readTensorBytes(file.tensors[0]!))]];
+    };
+    expect(await read((p) => p.raw(0x4e))).toEqual(await read((p) => p.ints([3, 1])));
+    expect(await read((p) => p.raw(0x4e))).not.toEqual(await read((p) => p.ints([1, 2])));
+  });
+
   it("serialization-id-not-utf8: a .data/serialization_id record that is not UTF-8 is refused, as torch decodes it", async () => {
     const pickle = statePickle({ w: W });
     const id = (bytes: Uint8Array) => torchZip(pickle, { "0": f32(1, 2, 3, 4) }, { extra: [{ name: "archive/.data/serialization_id", data: bytes }] });
