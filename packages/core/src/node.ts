@@ -447,30 +447,22 @@ function quietly(step: () => void): void {
 
 /** Writes all of `bytes` at `position` of the file (bytes written before, changed in place). */
 async function writePositioned(fd: number, bytes: Uint8Array, position: number): Promise<void> {
-  for (let done = 0; done < bytes.byteLength; ) {
-    const n = bytes.byteLength - done;
-    done +=
-      n < SYNC_IO_BELOW
-        ? writeSync(fd, bytes, done, n, position + done)
-        : await new Promise<number>((resolve, reject) =>
-            write(fd, bytes, done, n, position + done, (error, written) => (error === null ? resolve(written) : reject(error))),
-          );
-  }
+  for (let done = 0; done < bytes.byteLength; ) done += await writeAt(fd, bytes, done, bytes.byteLength - done, position + done);
 }
 
 /**
- * One write at the descriptor's position: synchronous below {@link SYNC_IO_BELOW}, else in the
- * thread pool. Either way a promise, rejected on failure.
+ * One write at `position`, or at the descriptor's own position when it is null: synchronous below
+ * {@link SYNC_IO_BELOW}, else in the thread pool. Either way a promise, rejected on failure.
  */
-function writeAt(fd: number, bytes: Uint8Array, offset: number, length: number): Promise<number> {
+function writeAt(fd: number, bytes: Uint8Array, offset: number, length: number, position: number | null = null): Promise<number> {
   if (length < SYNC_IO_BELOW) {
     try {
-      return Promise.resolve(writeSync(fd, bytes, offset, length));
+      return Promise.resolve(writeSync(fd, bytes, offset, length, position));
     } catch (error) {
       return Promise.reject(error);
     }
   }
-  return new Promise((resolve, reject) => write(fd, bytes, offset, length, null, (error, written) => (error === null ? resolve(written) : reject(error))));
+  return new Promise((resolve, reject) => write(fd, bytes, offset, length, position, (error, written) => (error === null ? resolve(written) : reject(error))));
 }
 
 /**

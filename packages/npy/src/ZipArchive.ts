@@ -13,7 +13,7 @@
 import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, bytesSource, hasLoneSurrogate, readRange } from "@st-convert/core";
 import type { Codec } from "./Codec.js";
 import type { Payload } from "./Payload.js";
-import { THREAD_CRC_FROM, crc32Stream } from "./crcThread.js";
+import { THREAD_CRC_FROM, crc32Stream, withCrc32 } from "./crcThread.js";
 
 /**
  * Largest central directory read, in bytes. 64 MiB lists more than a million members; a larger
@@ -562,14 +562,7 @@ function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Pay
       let crc = await crcOf(0, offset, 0);
       if (offset === 0 && length === member.size && length >= THREAD_CRC_FROM) {
         // A long member read whole: checked on the CRC thread while the consumer writes each chunk.
-        const stream = crc32Stream(codec, length);
-        for await (const chunk of readRange(source, member.dataOffset, length, options)) {
-          const checking = stream.update(chunk);
-          checking.catch(() => {});
-          yield chunk;
-          await checking;
-        }
-        crc = await stream.digest();
+        crc = yield* withCrc32(codec, length, readRange(source, member.dataOffset, length, options));
         if (crc !== member.crc32) throw crcError(member, crc);
         return;
       }

@@ -56,8 +56,25 @@ function localStream(codec: Codec): Crc32Stream {
   };
 }
 
+/**
+ * Yields `chunks` unchanged, each folded into a CRC-32 while the consumer works on it (on the CRC
+ * thread for about `expectedBytes` past {@link THREAD_CRC_FROM}), and returns the CRC. A chunk is
+ * done with before the one after next is asked for, so a reading ring may reuse its buffers.
+ */
+export async function* withCrc32(codec: Codec, expectedBytes: number, chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array, number> {
+  const stream = crc32Stream(codec, expectedBytes);
+  for await (const chunk of chunks) {
+    const checking = stream.update(chunk);
+    // Marked handled now: a failure is reported by the await below.
+    checking.catch(() => {});
+    yield chunk;
+    await checking;
+  }
+  return stream.digest();
+}
+
 /** Runs `work` once pending I/O callbacks have had their turn (setImmediate, else a timer), and resolves after it. */
-export function afterIo(work: () => void): Promise<void> {
+function afterIo(work: () => void): Promise<void> {
   const later = (globalThis as { setImmediate?: (f: () => void) => void }).setImmediate ?? ((f: () => void) => setTimeout(f, 0));
   return new Promise((resolve, reject) =>
     later(() => {

@@ -24,7 +24,7 @@ import {
   toByteSource,
   withContext,
 } from "@st-convert/core";
-import { type Codec, type ZipMember, crc32Stream, loadCodec, locateMembers, memberPayload, readZipDirectory } from "@st-convert/npy";
+import { type Codec, type ZipMember, crc32Stream, loadCodec, withCrc32, locateMembers, memberPayload, readZipDirectory } from "@st-convert/npy";
 import type { TorchErrorCode } from "./TorchErrorCode.js";
 import { MAX_RANK, type StorageRef, type TensorRef, asTorch, torchHooks } from "./torchSymbols.js";
 import {
@@ -267,17 +267,9 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
     size: member.size,
     async *range(offset, length, options) {
       if (!checked && offset === 0 && length === member.size) {
-        const stream = crc32Stream(codec, length);
-        for await (const chunk of readRange(source, member.dataOffset, length, options)) {
-          // The check of a chunk runs while the consumer writes it (on the CRC thread for a long
-          // member, else once the write waits in the I/O threads), not after: a chunk the ring
-          // would reuse is not read again before it is done.
-          const checking = stream.update(chunk);
-          checking.catch(() => {});
-          yield chunk;
-          await checking;
-        }
-        const crc = await stream.digest();
+        // The check of a chunk runs while the consumer writes it (on the CRC thread for a long
+        // member, else once the write waits in the I/O threads), not after.
+        const crc = yield* withCrc32(codec, length, readRange(source, member.dataOffset, length, options));
         if (crc !== member.crc32) throw crcError(member, crc);
         checked = true;
         return;
