@@ -79,6 +79,8 @@ export interface ZipEntry {
   readonly compressedSize: number;
   readonly size: number;
   readonly headerOffset: number;
+  /** The central directory's external attributes (bit 4, 0x10, is MS-DOS's directory attribute). */
+  readonly externalAttributes: number;
 }
 
 /** A member whose local header has been read and checked. */
@@ -183,7 +185,9 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
     const locator = await source.read(endOffset - LOCATOR64_SIZE, LOCATOR64_SIZE);
     const lv = view(locator);
     if (lv.getUint32(0, true) === SIG_LOCATOR64) {
-      if (lv.getUint32(4, true) !== 0 || lv.getUint32(16, true) > 1) bad("zip files that span multiple disks are not supported");
+      // zipfile takes a total of 0 or 1 disks; miniz exactly 1.
+      const disks = lv.getUint32(16, true);
+      if (lv.getUint32(4, true) !== 0 || disks > 1 || (miniz && disks !== 1)) bad("zip files that span multiple disks are not supported");
       // zipfile looks right before the locator (no extensible data), not where the locator points.
       const end64At = endOffset - LOCATOR64_SIZE - END64_SIZE;
       if (end64At >= 0) {
@@ -197,6 +201,9 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
           directoryOffset = u64(end64, 48, "central directory offset");
           // miniz reads the ZIP64 end record where the locator points, and checks its disks and counts.
           if (miniz) {
+            // The record's own size counts the bytes after its first 12: at least the 44 of its fixed fields.
+            const recordSize = end64.getBigUint64(4, true);
+            if (recordSize < 44n) bad(`the ZIP64 end record declares ${recordSize} bytes, fewer than its 44 fixed ones`);
             if (lv.getBigUint64(8, true) !== BigInt(end64At)) bad("the ZIP64 locator does not point at the ZIP64 end record before it");
             if (end64.getUint32(16, true) !== 0 || end64.getUint32(20, true) !== 0) bad("zip files that span multiple disks are not supported");
             if (end64.getBigUint64(24, true) !== end64.getBigUint64(32, true)) bad("the ZIP64 end record's two entry counts differ");
@@ -234,6 +241,7 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
     const extraLength = dv.getUint16(p + 30, true);
     const commentLen = dv.getUint16(p + 32, true);
     let headerOffset = dv.getUint32(p + 42, true);
+    const externalAttributes = dv.getUint32(p + 38, true);
     const end = p + CENTRAL_SIZE + nameLength + extraLength + commentLen;
     if (end > directory.byteLength) bad("Truncated central directory");
     const originalName = decodeName(directory.subarray(p + CENTRAL_SIZE, p + CENTRAL_SIZE + nameLength), flags, miniz);
@@ -268,7 +276,7 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
       }
       e += 4 + length;
     }
-    entries.push({ name, originalName, flags, method, crc32, compressedSize, size, headerOffset: headerOffset + concat });
+    entries.push({ name, originalName, flags, method, crc32, compressedSize, size, headerOffset: headerOffset + concat, externalAttributes });
     p = end;
   }
   if (miniz && declaredCount !== entries.length) {
@@ -397,6 +405,7 @@ export async function locateMembers(source: ByteSource, directory: ZipDirectory,
       compressedSize: entry.compressedSize,
       size: entry.size,
       headerOffset: entry.headerOffset,
+      externalAttributes: entry.externalAttributes,
       dataOffset,
       stored,
     };
@@ -689,7 +698,7 @@ function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
 // ----- writer -----
 
 /** A member as the writer records it for the central directory: its name as encoded. */
-interface WrittenEntry extends Omit<ZipEntry, "name" | "originalName"> {
+interface WrittenEntry extends Omit<ZipEntry, "name" | "originalName" | "externalAttributes"> {
   readonly name: Uint8Array;
 }
 

@@ -562,7 +562,35 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
     matches: (c) =>
       isZip(c.bytes) &&
       (referenceRefuses(c, /not in a subdirectory: [^/]*\.npy$/) ||
-        (referenceRefuses(c, /PytorchStreamReader failed reading zip archive/) && firstMemberIsNpy(c.bytes))),
+        (referenceRefuses(c, /PytorchStreamReader failed reading zip archive|not in a subdirectory/) && firstMemberIsNpy(c.bytes))),
+  },
+  {
+    id: "torch-directory-record",
+    formats: ["torch"],
+    summary:
+      "a record torch reads (a storage, data.pkl, byteorder, version…) whose directory entry carries MS-DOS's directory attribute (0x10): we refuse (InvalidCheckpoint); torch's miniz extracts nothing from a 'directory', so torch.load returns whatever memory the buffer held (a different tensor on every load)",
+    reason: "a tensor of uninitialised memory is not the file's content; st-convert never invents bytes",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "InvalidCheckpoint") && /marked as a directory/.test(ourMessage(c)),
+  },
+  {
+    id: "torch-build-rewrites",
+    formats: ["torch"],
+    summary:
+      "a BUILD that would rewrite a tensor or a storage (set_(*state) on a Tensor, a Parameter state of four or five items, a true state on a storage): we refuse (UnpicklingError); torch applies it",
+    reason:
+      "torch.save never writes these; applying them means running set_ and attribute updates that replace a tensor's storage, shape or data, which a reader that runs nothing should not imitate",
+    matches: (c) =>
+      referenceAccepts(c) &&
+      refusesWith(c, "UnpicklingError") &&
+      /BUILD on (a tensor with|a parameter with a state of [45] items|a storage with|an object made by torch\.)/.test(ourMessage(c)),
+  },
+  {
+    id: "torch-tensor-as-metadata",
+    formats: ["torch"],
+    summary:
+      "a tensor given as a rebuild function's metadata argument: we refuse (InvalidTensor); torch tests its truth, which fails unless it has one element, and reads the file when that element is zero",
+    reason: "metadata is a dict of tensor attributes; a tensor there is a crafted file, and its meaning would hang on a value nothing here reads",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "InvalidTensor") && /metadata argument .* is a tensor/.test(ourMessage(c)),
   },
   {
     id: "torch-stricter-storages",

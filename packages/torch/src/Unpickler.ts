@@ -94,8 +94,14 @@ export interface UnpicklerHooks {
   persistentLoad(pid: PickleValue): PickleValue;
   /** `REDUCE` of a symbol: a value, or undefined for an opaque one. */
   reduce?(callee: PyGlobal, args: PyTuple): PickleValue | undefined;
-  /** `BUILD` on a native value: the new value, or undefined to record the state as given to it. */
-  build?(target: PyNative, state: PickleValue): PickleValue | undefined;
+  /**
+   * `BUILD` on a native value: the new value, or undefined to refuse it. On an opaque one (the
+   * hooks may know what its callee makes): the value to keep, or undefined to record the state as
+   * given to it.
+   */
+  build?(target: PyNative | PyOpaque, state: PickleValue): PickleValue | undefined;
+  /** `NEWOBJ` of a symbol (`cls.__new__(cls, *args)`): a value, or undefined to treat it as `REDUCE`. */
+  newObject?(cls: PyGlobal, args: PickleValue): PickleValue | undefined;
 }
 
 /** Options of {@link unpickle}. */
@@ -157,17 +163,106 @@ export function dictKey(key: PickleValue, identity: () => string): string {
   return identity();
 }
 
-/** The kind of mutable value that makes `key` unhashable in Python (a list, a dict, inside a tuple too), or undefined. */
-function unhashable(key: PickleValue): "list" | "dict" | undefined {
+/** Calls whose result Python cannot hash: `set(...)` and `bytearray(...)` (both in torch's allowed globals). */
+const UNHASHABLE_CALLS: Readonly<Record<string, string>> = { "builtins.set": "set", "builtins.bytearray": "bytearray" };
+
+/**
+ * The type of mutable value that makes `key` unhashable in Python (a list, a dict, a set, inside a
+ * tuple too), or undefined. A FROZENSET is a set here: torch's unpickler refuses its opcode anyway.
+ */
+function unhashable(key: PickleValue): string | undefined {
   const stack: PickleValue[] = [key];
   for (let visits = 0; stack.length > 0 && visits < 10_000; visits++) {
     const v = stack.pop()!;
     if (v === null || typeof v !== "object") continue;
-    if (v.kind === "list" || v.kind === "dict") return v.kind;
+    if (v.kind === "list" || v.kind === "dict" || v.kind === "set") return v.kind;
+    if (v.kind === "opaque" && UNHASHABLE_CALLS[v.callee] !== undefined) return UNHASHABLE_CALLS[v.callee];
     if (v.kind === "tuple") stack.push(...v.items);
   }
   return undefined;
 }
+
+/**
+ * Python's truth of a value, where it is known without running anything: undefined for an opaque
+ * call's result or a native value (the hooks know those).
+ */
+export function pyTruth(value: PickleValue): boolean | undefined {
+  if (value === null) return false;
+  switch (typeof value) {
+    case "boolean":
+      return value;
+    case "number":
+      return value !== 0;
+    case "bigint":
+      return value !== 0n;
+    case "string":
+      return value.length > 0;
+  }
+  switch (value.kind) {
+    case "float":
+      return value.value !== 0;
+    case "bytes":
+      return value.bytes.byteLength > 0;
+    case "tuple":
+    case "list":
+    case "set":
+      return value.items.length > 0;
+    case "dict":
+      return value.entries.size > 0;
+    case "global":
+      return true;
+    default:
+      return undefined;
+  }
+}
+
+/** pickle's `load_build`: a state of two items is `(state, slotstate)`. */
+export function splitState(state: PickleValue): [PickleValue, PickleValue] {
+  if (state !== null && typeof state === "object" && state.kind === "tuple" && state.items.length === 2) return [state.items[0]!, state.items[1]!];
+  return [state, null];
+}
+
+/**
+ * Why `dict.update(state)` (what torch's `BUILD` does to an `OrderedDict`'s `__dict__`) raises, or
+ * undefined when it would not: a mapping, or an iterable of pairs with hashable keys.
+ */
+function dictUpdateRefusal(state: PickleValue): string | undefined {
+  const pair = (item: PickleValue, i: number): string | undefined => {
+    if (typeof item === "string") return item.length === 2 ? undefined : `element #${i} has length ${item.length}; 2 is required`;
+    if (item !== null && typeof item === "object") {
+      if (item.kind === "bytes") return item.bytes.byteLength === 2 ? undefined : `element #${i} has length ${item.bytes.byteLength}; 2 is required`;
+      if (item.kind === "tuple" || item.kind === "list") {
+        if (item.items.length !== 2) return `element #${i} has length ${item.items.length}; 2 is required`;
+        const mutable = unhashable(item.items[0]!);
+        return mutable === undefined ? undefined : `unhashable type: '${mutable}'`;
+      }
+      if (item.kind === "opaque") return undefined;
+    }
+    return `cannot convert element #${i} (${describeValue(item)}) to a sequence`;
+  };
+  if (state === "") return undefined;
+  if (state === null || typeof state !== "object") return `${describeValue(state)} is not a mapping or a sequence of pairs`;
+  switch (state.kind) {
+    case "dict":
+    case "opaque":
+      return undefined;
+    case "tuple":
+    case "list":
+    case "set":
+      for (let i = 0; i < state.items.length; i++) {
+        const why = pair(state.items[i]!, i);
+        if (why !== undefined) return why;
+      }
+      return undefined;
+    case "bytes":
+      return state.bytes.byteLength === 0 ? undefined : "bytes are not a sequence of pairs";
+    default:
+      return `${describeValue(state)} is not a mapping or a sequence of pairs`;
+  }
+}
+
+/** Allowed types whose instances have no `__dict__`: torch's `BUILD` fails on them with a true state. */
+const WITHOUT_DICT = new Set(["torch.Size", "builtins.set", "builtins.complex", "builtins.bytearray", "torch.device"]);
 
 /**
  * How protocols 0–2 pickle `bytes` (they have no bytes opcode): `_codecs.encode(text, "latin1")`,
@@ -175,7 +270,7 @@ function unhashable(key: PickleValue): "list" | "dict" | undefined {
  */
 function pickledBytes(callee: PyGlobal, args: PyTuple): PyBytes | undefined {
   const symbol = `${callee.module}.${callee.name}`;
-  if ((symbol === "builtins.bytes" || symbol === "__builtin__.bytes") && args.items.length === 0) return { kind: "bytes", bytes: new Uint8Array(0) };
+  if (symbol === "builtins.bytes" && args.items.length === 0) return { kind: "bytes", bytes: new Uint8Array(0) };
   if (symbol !== "_codecs.encode" || args.items.length !== 2) return undefined;
   const [text, encoding] = args.items;
   if (typeof text !== "string" || (encoding !== "latin1" && encoding !== "latin-1")) return undefined;
@@ -695,7 +790,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
         break;
       case 0x63: {
         // GLOBAL: module and name lines
-        const module = text(line(), "a GLOBAL module name");
+        // Python 2's module name for the builtins, which pickle's protocol-2 GLOBAL maps (torch's too).
+        const written = text(line(), "a GLOBAL module name");
+        const module = written === "__builtin__" ? "builtins" : written;
         const name = text(line(), "a GLOBAL name");
         count();
         push({ kind: "global", module, name });
@@ -721,7 +818,8 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
         // NEWOBJ: cls.__new__(cls, *args)
         const args = pop();
         const cls = pop();
-        push(call(cls, args));
+        const made = cls !== null && typeof cls === "object" && cls.kind === "global" ? hooks.newObject?.(cls, args) : undefined;
+        push(made ?? call(cls, args));
         break;
       }
       case 0x92: {
@@ -749,6 +847,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
       }
       case 0x62: {
         // BUILD
+        // torch's weights-only rules: an OrderedDict takes `__dict__.update(state)`; the other
+        // allowed types pickle's own `load_build` (split a pair into state and slot state, and
+        // update `__dict__` only with a true state, which a set or a torch.Size has none of).
         const state = pop();
         const target = top();
         if (target !== null && typeof target === "object") {
@@ -760,13 +861,28 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
             }
             bad(`BUILD on a torch value with ${describeValue(state)} as its state`);
           }
+          const withoutDict = target.kind === "set" || (target.kind === "opaque" && WITHOUT_DICT.has(target.callee));
+          if (withoutDict) {
+            const [dictState, slotState] = splitState(state);
+            if (pyTruth(dictState) === true || pyTruth(slotState) === true) {
+              bad(
+                `BUILD on ${describeValue(target)} with ${describeValue(state)} as its state: it has no attributes to set (torch: "object has no attribute '__dict__'")`,
+              );
+            }
+          }
+          if (target.kind === "dict" || (target.kind === "opaque" && target.callee === "collections.OrderedDict")) {
+            // An OrderedDict's BUILD sets its `_metadata` attribute (per-module versions): nothing to keep.
+            const why = dictUpdateRefusal(state);
+            if (why !== undefined) bad(`BUILD on an OrderedDict with ${describeValue(state)} as its state: dict.update refuses it (${why})`);
+            if (target.kind === "dict") break;
+          }
           if (target.kind === "opaque") {
+            if (hooks.build?.(target, state) !== undefined) break;
             target.given.push(state);
             grow(target, state);
             break;
           }
-          // An OrderedDict's BUILD sets its `_metadata` attribute (per-module versions): nothing to keep.
-          if (target.kind === "dict") break;
+          if (target.kind === "set") break;
         }
         bad(`BUILD on ${describeValue(target)}`);
         break;

@@ -311,6 +311,9 @@ function legacyStorage(source: ByteSource, dataOffset: number, size: number): St
 
 // ----- the zip format -----
 
+/** MS-DOS's directory attribute, in a zip entry's external attributes: miniz takes such a member for a directory. */
+const DOS_DIRECTORY = 0x10;
+
 /** ASCII lower case, as miniz compares names when torch looks a record up. */
 function foldCase(name: string): string {
   return name.replace(/[A-Z]+/g, (c) => c.toLowerCase());
@@ -333,19 +336,21 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
   const codec = await loadCodec(options.codec === "fflate" ? "fflate" : undefined);
   // Read as torch reads it (miniz): names whole and UTF-8, no bytes before the archive, counts that agree.
   const directory = await readZipDirectory(source, { rules: "miniz" });
-  const members = await locateMembers(source, directory, { rules: "miniz" });
-  if (!members.some((m) => foldCase(m.originalName).endsWith("data.pkl"))) {
+  const entries = directory.entries;
+  if (!entries.some((m) => foldCase(m.originalName).endsWith("data.pkl"))) {
     fail("NotACheckpoint", "a zip archive without a data.pkl member: not a PyTorch checkpoint (an .npz? read it with --from npz)");
   }
   // torch's rule (PyTorchStreamReader): the root folder is the first member's name up to its first
   // "/", every member lies in it, and records are looked up there, names compared ignoring ASCII case.
-  const firstName = members[0]!.originalName;
+  // Judged on the directory, before any member is located: a record named twice is refused as such,
+  // whatever else is wrong with either copy.
+  const firstName = entries[0]!.originalName;
   const slash = firstName.indexOf("/");
   if (slash < 0)
     fail("InvalidCheckpoint", `the first record, ${JSON.stringify(firstName)}, is not in a folder; torch: "file in archive is not in a subdirectory"`);
   const root = firstName.slice(0, slash + 1);
-  const byName = new Map<string, ZipMember>();
-  for (const m of members) {
+  const seen = new Set<string>();
+  for (const m of entries) {
     if (!m.originalName.startsWith(root)) {
       fail(
         "InvalidCheckpoint",
@@ -353,15 +358,27 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
       );
     }
     const key = foldCase(m.originalName);
-    if (byName.has(key)) {
+    if (seen.has(key)) {
       fail(
         "DuplicateKey",
         `two records are named ${JSON.stringify(m.originalName)} (torch compares names ignoring case): which one torch reads is not defined`,
       );
     }
-    byName.set(key, m);
+    seen.add(key);
   }
-  const record = (name: string): ZipMember | undefined => byName.get(foldCase(root + name));
+  const members = await locateMembers(source, directory, { rules: "miniz" });
+  const byName = new Map(members.map((m) => [foldCase(m.originalName), m]));
+  /** A record torch reads. miniz extracts nothing from one marked as a directory, leaving torch's buffer as allocated. */
+  const record = (name: string): ZipMember | undefined => {
+    const member = byName.get(foldCase(root + name));
+    if (member !== undefined && member.size > 0 && (member.externalAttributes & DOS_DIRECTORY) !== 0) {
+      fail(
+        "InvalidCheckpoint",
+        `record ${JSON.stringify(member.originalName)} is marked as a directory (external attribute 0x10): torch reads none of its ${member.size} bytes and keeps uninitialised memory in their place`,
+      );
+    }
+    return member;
+  };
   if (members.some((m) => m.originalName === `${root}constants.pkl`)) {
     fail(
       "Unsupported",

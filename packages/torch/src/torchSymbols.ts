@@ -7,7 +7,17 @@
  */
 import type { Dtype } from "@st-convert/core";
 import { StConvertError } from "@st-convert/core";
-import { type PickleValue, type PyGlobal, type PyNative, type PyTuple, type UnpicklerHooks, describeValue } from "./Unpickler.js";
+import {
+  type PickleValue,
+  type PyGlobal,
+  type PyNative,
+  type PyOpaque,
+  type PyTuple,
+  type UnpicklerHooks,
+  describeValue,
+  pyTruth,
+  splitState,
+} from "./Unpickler.js";
 
 /** A torch dtype: its safetensors code, or the torch name of one that has none. */
 export interface TorchDtype {
@@ -114,6 +124,11 @@ export interface TensorRef {
   readonly strides: readonly number[];
   /** The rebuild function, for messages. */
   readonly rebuiltBy: string;
+  /**
+   * The Python type torch.load gives it, where `BUILD` tells them apart: a plain `torch.Tensor`
+   * (undefined), an `nn.Parameter`, or another subclass (`nn.Buffer`, which torch cannot `BUILD`).
+   */
+  readonly pythonType?: "Parameter" | "subclass";
 }
 
 export type TorchNative = StorageRef | TensorRef;
@@ -128,37 +143,14 @@ export function asTorch(value: PickleValue): TorchNative | undefined {
 }
 
 /**
- * Python's truth of a value, where it is known without running anything: an opaque call's result
- * (undefined here) could be either.
+ * Python's truth of a value, where it is known without running anything: a storage is true when it
+ * holds elements; a tensor's truth is its one element's (torch raises for any other count), which
+ * is not read here, so it is undefined, as is an opaque call's result.
  */
 function isTruthy(value: PickleValue): boolean | undefined {
-  if (value === null) return false;
-  switch (typeof value) {
-    case "boolean":
-      return value;
-    case "number":
-      return value !== 0;
-    case "bigint":
-      return value !== 0n;
-    case "string":
-      return value.length > 0;
-  }
-  switch (value.kind) {
-    case "float":
-      return value.value !== 0;
-    case "bytes":
-      return value.bytes.byteLength > 0;
-    case "tuple":
-    case "list":
-    case "set":
-      return value.items.length > 0;
-    case "dict":
-      return value.entries.size > 0;
-    case "opaque":
-      return undefined;
-    default:
-      return true;
-  }
+  const held = asTorch(value);
+  if (held?.kind === "storage") return held.numel > 0;
+  return pyTruth(value);
 }
 
 function isDict(value: PickleValue): boolean {
@@ -293,8 +285,9 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   const offset = int64(a[1]!, "storage_offset");
   if (offset < 0n) invalid(`storage_offset is ${offset}; torch: "invalid storage offset"`);
   const size = intTuple(a[2]!, "size");
-  // torch's set_ takes stride=None for the contiguous strides of the size.
-  const stride = a[3] === null ? contiguousStrides(size) : intTuple(a[3]!, "stride");
+  // torch's set_ takes stride=None, or an empty stride, for the contiguous strides of the size.
+  const givenStride = a[3] === null ? undefined : intTuple(a[3]!, "stride");
+  const stride = givenStride === undefined || givenStride.length === 0 ? contiguousStrides(size) : givenStride;
   if (size.length !== stride.length) invalid(`size has ${size.length} dimensions but stride has ${stride.length}`);
   let tensorDtype = storage.dtype;
   if (name === "_rebuild_tensor_v3") {
@@ -310,6 +303,11 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   // The optional last argument, tensor metadata: torch sets it when it is true in Python's sense,
   // and asserts that it is a dict.
   const metadata = name === "_rebuild_tensor_v2" ? a[6] : name === "_rebuild_tensor_v3" ? a[7] : undefined;
+  if (metadata !== undefined && makesTensor(metadata)) {
+    invalid(
+      `the metadata argument of ${where} is a tensor; torch tests its truth ("Boolean value of Tensor … is ambiguous" unless it has one element) and then wants a dict`,
+    );
+  }
   if (metadata !== undefined && isTruthy(metadata) === true && !isDict(metadata)) {
     invalid(`the metadata argument of ${where} is ${describeValue(metadata)}, not a dict; torch: "expected dict"`);
   }
@@ -342,6 +340,15 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   return native({ kind: "tensor", storage, dtype: tensorDtype, offset: first + viewBytes / tensorDtype.size, shape, strides, rebuiltBy: where });
 }
 
+/** Allowed calls whose result is a tensor (a Parameter, or a tensor from a legacy constructor such as torch.FloatTensor). */
+const TENSOR_CALL = /^torch\.((nn\.parameter\.Parameter)|Tensor|(cuda\.)?(sparse\.)?[A-Z][A-Za-z0-9]*Tensor)$/;
+
+/** Whether torch.load would hold a tensor here: a rebuilt one, or the result of a tensor-making call. */
+function makesTensor(value: PickleValue): boolean {
+  if (asTorch(value)?.kind === "tensor") return true;
+  return value !== null && typeof value === "object" && value.kind === "opaque" && TENSOR_CALL.test(value.callee);
+}
+
 /** Hooks that give the torch symbols their meaning, and the storages the pickle declared. */
 export interface TorchHooks extends UnpicklerHooks {
   /** Every storage a persistent id declared, by key, in first-declaration order. */
@@ -372,6 +379,7 @@ export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
     },
     reduce: reduceSymbol,
     build: buildNative,
+    newObject,
   };
 }
 
@@ -386,7 +394,7 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
       const tensor = asTorch(data);
       if (tensor?.kind !== "tensor") invalid(`${symbol} is given ${describeValue(data)}, not a tensor`);
       checkRequiresGrad(args.items[1], tensor.dtype, symbol);
-      return data;
+      return native({ ...tensor, pythonType: "Parameter" });
     }
     if (callee.module === "torch" && (STORAGE_CLASSES.has(callee.name) || TORCH_DTYPES.has(callee.name))) {
       // torch.load gives these as a StorageType or a torch.dtype, neither callable ("is not callable").
@@ -413,6 +421,8 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
           `a tensor is rebuilt as ${typeName ?? describeValue(type ?? null)}, a type st-convert does not interpret (Unsupported global)`,
         );
       }
+      if (typeName === "torch.nn.parameter.Parameter") return native({ ...(asTorch(tensor) as TensorRef), pythonType: "Parameter" });
+      if (typeName === "torch.nn.parameter.Buffer") return native({ ...(asTorch(tensor) as TensorRef), pythonType: "subclass" });
       return tensor;
     }
     if (symbol === "collections.OrderedDict") {
@@ -423,7 +433,74 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
   }
 }
 
-/** A tensor's BUILD (a subclass's or a parameter's state): the bytes are the tensor's either way. */
-function buildNative(target: PyNative): PickleValue | undefined {
-  return (target.value as TorchNative).kind === "tensor" ? target : undefined;
+function unpicklingError(rule: string): never {
+  throw new StConvertError("UnpicklingError", rule);
+}
+
+/**
+ * `BUILD` on a tensor or a storage, by torch's weights-only rules. A `Tensor` takes
+ * `set_(*state)` and a `Parameter` `__setstate__(state)`: a state of four (or five) items replaces
+ * the tensor (its storage, offset, shape and strides, or its data), which no `torch.save` writes,
+ * so it is refused, as are the states torch fails on; a parameter's three-item state
+ * `(requires_grad, _, backward_hooks)` changes no byte. A storage's true state would update its
+ * attributes (its dtype, its bytes): refused; a false one changes nothing.
+ */
+function buildNative(target: PyNative | PyOpaque, state: PickleValue): PickleValue | undefined {
+  if (target.kind === "opaque") {
+    // What torch.load would hold: a Parameter() (float32, empty), or a Tensor from a legacy constructor.
+    if (target.callee === "torch.nn.parameter.Parameter") return buildParameter(target, state, TORCH_DTYPES.get("float32")!);
+    if (makesTensor(target))
+      unpicklingError(`BUILD on ${describeValue(target)}: torch calls set_(*state) on the tensor it makes; torch.save never writes this`);
+    return undefined;
+  }
+  const value = target.value as TorchNative;
+  if (value.kind === "storage") {
+    const [dictState, slotState] = splitState(state);
+    if (isTruthy(dictState) !== false || isTruthy(slotState) !== false) {
+      unpicklingError(`BUILD on a storage with ${describeValue(state)} as its state: torch would set the storage's attributes from it`);
+    }
+    return target;
+  }
+  if (value.pythonType === "subclass") unpicklingError(`BUILD on a tensor subclass (${value.rebuiltBy}): torch builds only Tensor, Parameter and OrderedDict`);
+  if (value.pythonType !== "Parameter") {
+    unpicklingError(
+      `BUILD on a tensor with ${describeValue(state)} as its state: torch calls set_(*state) on it, which rebuilds or refuses it; torch.save never writes this`,
+    );
+  }
+  return buildParameter(target, state, value.dtype);
+}
+
+/** A parameter's `__setstate__`: a state `(requires_grad, _, backward_hooks)` changes no byte; four or five items would replace its data. */
+function buildParameter(target: PyNative | PyOpaque, state: PickleValue, dtype: TorchDtype): PickleValue {
+  const items = state !== null && typeof state === "object" && (state.kind === "tuple" || state.kind === "list") ? state.items : undefined;
+  if (items === undefined || (items.length !== 3 && items.length !== 4 && items.length !== 5)) {
+    unpicklingError(`BUILD on a parameter with ${describeValue(state)} as its state; torch: "not enough values to unpack (expected 3)"`);
+  }
+  if (items.length !== 3) {
+    unpicklingError(
+      `BUILD on a parameter with a state of ${items.length} items: torch would replace the parameter's data from it; torch.save never writes this`,
+    );
+  }
+  checkRequiresGrad(items[0], dtype, "a parameter's BUILD state");
+  return target;
+}
+
+/** Symbols torch's weights-only unpickler allows that are not types: NEWOBJ of one fails (`X is not a type object`). */
+function isAllowedNonType(cls: PyGlobal): boolean {
+  const symbol = `${cls.module}.${cls.name}`;
+  if (cls.module === "torch._utils" && cls.name.startsWith("_rebuild_")) return true;
+  if (symbol === "torch._tensor._rebuild_from_type_v2" || symbol === "torch.serialization._get_layout" || symbol === "_codecs.encode") return true;
+  if (cls.module === "torch" && (TORCH_DTYPES.has(cls.name) || /^u?int[1-7]$/.test(cls.name) || cls.name.startsWith("per_"))) return true;
+  return (cls.module === "torch" || cls.module === "torch.cuda") && STORAGE_CLASSES.has(cls.name);
+}
+
+/** `NEWOBJ` (`cls.__new__(cls, *args)`) of a symbol, where it differs from calling it. */
+function newObject(cls: PyGlobal): PickleValue | undefined {
+  const symbol = `${cls.module}.${cls.name}`;
+  if (isAllowedNonType(cls)) {
+    unpicklingError(`NEWOBJ of ${symbol}, which is not a class; torch: "__new__(X): X is not a type object"`);
+  }
+  // dict.__new__ ignores its arguments: an OrderedDict made this way starts empty.
+  if (symbol === "collections.OrderedDict") return { kind: "dict", entries: new Map(), depth: 1 };
+  return undefined;
 }

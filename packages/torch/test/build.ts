@@ -128,6 +128,8 @@ export interface ZipMemberSpec {
   deflate?: boolean;
   /** The uncompressed size the archive records instead of the real one. */
   size?: number;
+  /** The directory entry's external attributes (0x10: MS-DOS's directory attribute). */
+  externalAttributes?: number;
 }
 
 /** Container-level changes to {@link zip}'s output. */
@@ -172,6 +174,7 @@ export function zip(members: readonly ZipMemberSpec[], options: ZipOptions = {})
     cv.setUint32(20, stored.byteLength, true);
     cv.setUint32(24, size, true);
     cv.setUint16(28, name.byteLength, true);
+    cv.setUint32(38, m.externalAttributes ?? 0, true);
     cv.setUint32(42, m.offset ?? at, true);
     cd.set(name, 46);
     central.push(cd);
@@ -213,6 +216,33 @@ export function torchZip(
     ...text("version", "3\n"),
     ...(options.extra ?? []),
   ]);
+}
+
+/**
+ * The archive `zip` made, with a ZIP64 end record and locator inserted before its end record:
+ * `recordSize` is what the ZIP64 record says of its own size (44 when it has no extensible data),
+ * `disks` the locator's total number of disks.
+ */
+export function withZip64End(archive: Uint8Array, options: { recordSize?: number; disks?: number } = {}): Uint8Array {
+  const endAt = archive.byteLength - 22;
+  const ev = new DataView(archive.buffer, archive.byteOffset + endAt, 22);
+  const count = ev.getUint16(10, true);
+  const cdSize = ev.getUint32(12, true);
+  const cdOffset = ev.getUint32(16, true);
+  const end64 = new DataView(new ArrayBuffer(56));
+  end64.setUint32(0, 0x06064b50, true);
+  end64.setBigUint64(4, BigInt(options.recordSize ?? 44), true);
+  end64.setUint16(12, 45, true);
+  end64.setUint16(14, 45, true);
+  end64.setBigUint64(24, BigInt(count), true);
+  end64.setBigUint64(32, BigInt(count), true);
+  end64.setBigUint64(40, BigInt(cdSize), true);
+  end64.setBigUint64(48, BigInt(cdOffset), true);
+  const locator = new DataView(new ArrayBuffer(20));
+  locator.setUint32(0, 0x07064b50, true);
+  locator.setBigUint64(8, BigInt(endAt), true);
+  locator.setUint32(16, options.disks ?? 1, true);
+  return Buffer.concat([archive.subarray(0, endAt), new Uint8Array(end64.buffer), new Uint8Array(locator.buffer), archive.subarray(endAt)]);
 }
 
 /** Little-endian float32 bytes. */

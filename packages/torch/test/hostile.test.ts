@@ -12,7 +12,7 @@ import { readTensorBytes } from "@st-convert/core";
 import { THREAD_CRC_FROM } from "@st-convert/npy";
 import { readTorch, unpickle } from "@st-convert/torch";
 import { errorCode } from "@st-convert/testing";
-import { Pickle, f32, statePickle, torchZip, zip } from "./build.js";
+import { Pickle, type ZipMemberSpec, f32, statePickle, torchZip, withZip64End, zip } from "./build.js";
 
 const work = mkdtempSync(join(tmpdir(), "st-convert-torch-hostile-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -310,6 +310,137 @@ describe("one file, one meaning: what torch refuses as it rebuilds", () => {
     const id = (bytes: Uint8Array) => torchZip(pickle, { "0": f32(1, 2, 3, 4) }, { extra: [{ name: "archive/.data/serialization_id", data: bytes }] });
     expect((await readAll(id(new TextEncoder().encode("1234567890abcdef")))).tensors).toHaveLength(1);
     await expect(readAll(id(Uint8Array.of(0x31, 0x32, 0xb1, 0x33)))).rejects.toThrow(/serialization_id record is not UTF-8/);
+  });
+});
+
+/** `{"w": <W>, name: <value>}` with `value` pushed by `push`: the tensor is read whatever is skipped beside it. */
+const beside = (name: string, push: (p: Pickle) => Pickle): Uint8Array => {
+  const p = new Pickle().proto().dict().str("w").tensor(W).setitem().str(name);
+  return torchZip(push(p).setitem().stop().bytes(), { "0": f32(1, 2, 3, 4) });
+};
+/** `{"w": BUILD(<tensor made by make>, <state>)}`. */
+const builtTensor = (make: (p: Pickle) => Pickle, state: (p: Pickle) => Pickle): Uint8Array => {
+  const p = new Pickle().proto().dict().str("w");
+  return torchZip(state(make(p)).raw(0x62).setitem().stop().bytes(), { "0": f32(1, 2, 3, 4) });
+};
+const parameter = (p: Pickle) =>
+  p.global("torch._utils", "_rebuild_parameter").mark().tensor(W).raw(0x88).global("collections", "OrderedDict").raw(0x29).reduce().tuple().reduce();
+const names = async (bytes: Uint8Array) => (await readAll(bytes)).tensors.map((t) => t.name);
+const records = (storage: Partial<ZipMemberSpec> = {}, byteorder: Partial<ZipMemberSpec> = {}) =>
+  zip([
+    { name: "archive/data.pkl", data: statePickle({ w: W }) },
+    { name: "archive/byteorder", data: new TextEncoder().encode("little"), ...byteorder },
+    { name: "archive/data/0", data: f32(1, 2, 3, 4), ...storage },
+    { name: "archive/version", data: new TextEncoder().encode("3\n") },
+  ]);
+
+describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () => {
+  it("torch-directory-record: a record torch reads that is marked as a directory (attribute 0x10) is refused: miniz extracts nothing from it", async () => {
+    expect(await names(records({ externalAttributes: 0x20 }))).toEqual(["w"]);
+    expect(await names(records({ externalAttributes: 0x81a40000 }))).toEqual(["w"]);
+    await expect(readAll(records({ externalAttributes: 0x10 }))).rejects.toThrow(/record "archive\/data\/0" is marked as a directory/);
+    await expect(readAll(records({}, { externalAttributes: 0x30 }))).rejects.toThrow(/record "archive\/byteorder" is marked as a directory/);
+  });
+
+  it("zip64-end-record-size: miniz refuses a ZIP64 end record that declares fewer than its 44 fixed bytes, and a locator that counts other than one disk", async () => {
+    expect(await names(withZip64End(records()))).toEqual(["w"]);
+    await expect(readAll(withZip64End(records(), { recordSize: 12 }))).rejects.toThrow(/ZIP64 end record declares 12 bytes, fewer than its 44/);
+    await expect(readAll(withZip64End(records(), { disks: 0 }))).rejects.toThrow(/span multiple disks/);
+  });
+
+  it("duplicate-records-first: a record named twice is refused as such, before either copy's own fault (here flag bit 5) is judged", async () => {
+    const twice = zip([
+      { name: "archive/data.pkl", data: statePickle({ w: W }) },
+      { name: "archive/version", data: new TextEncoder().encode("3\n"), flags: 0x20 },
+      { name: "archive/data/0", data: f32(1, 2, 3, 4) },
+      { name: "archive/version", data: new TextEncoder().encode("3\n") },
+    ]);
+    expect(await errorCode(readAll(twice))).toBe("DuplicateKey");
+  });
+
+  it("torch-build-rewrites: BUILD on a tensor (torch calls set_(*state)) is refused, whatever the state", async () => {
+    for (const state of [(p: Pickle) => p.raw(0x29), (p: Pickle) => p.dict(), (p: Pickle) => p.raw(0x4e)]) {
+      await expect(readAll(builtTensor((p) => p.tensor(W), state))).rejects.toThrow(/BUILD on a tensor with .* set_\(\*state\)/);
+    }
+  });
+
+  it("build-parameter-state: a parameter's BUILD takes (requires_grad, _, backward_hooks), as Parameter.__setstate__ unpacks it", async () => {
+    const hooks = (p: Pickle) => p.global("collections", "OrderedDict").raw(0x29).reduce();
+    expect(await names(builtTensor(parameter, (p) => hooks(p.raw(0x88).raw(0x4e)).raw(0x87)))).toEqual(["w"]);
+    expect(await names(builtTensor(parameter, (p) => hooks(p.raw(0x89).raw(0x4e)).raw(0x87)))).toEqual(["w"]);
+    await expect(readAll(builtTensor(parameter, (p) => p.raw(0x88).raw(0x4e).raw(0x86)))).rejects.toThrow(/not enough values to unpack/);
+    await expect(readAll(builtTensor(parameter, (p) => p.dict()))).rejects.toThrow(/not enough values to unpack/);
+    await expect(readAll(builtTensor(parameter, (p) => p.int(1).raw(0x4e).raw(0x4e).raw(0x87)))).rejects.toThrow(/requires_grad is an int, not a bool/);
+    await expect(readAll(builtTensor(parameter, (p) => p.mark().raw(0x88).raw(0x4e).raw(0x4e).raw(0x4e).tuple()))).rejects.toThrow(
+      /state of 4 items: torch would replace/,
+    );
+    // A Parameter() made by NEWOBJ is built the same way.
+    const made = (p: Pickle) => p.global("torch.nn.parameter", "Parameter").raw(0x29).raw(0x81);
+    await expect(readAll(beside("p", (p) => made(p).dict().raw(0x62)))).rejects.toThrow(/not enough values to unpack/);
+  });
+
+  it("build-ordered-dict-state: an OrderedDict's BUILD is __dict__.update(state): a mapping or pairs, nothing else", async () => {
+    const built = (state: (p: Pickle) => Pickle) => {
+      const p = new Pickle().proto().global("collections", "OrderedDict").raw(0x29).reduce().str("w").tensor(W).setitem();
+      return torchZip(state(p).raw(0x62).stop().bytes(), { "0": f32(1, 2, 3, 4) });
+    };
+    for (const fine of [(p: Pickle) => p.dict(), (p: Pickle) => p.raw(0x5d).str("a").int(1).raw(0x86).raw(0x61), (p: Pickle) => p.raw(0x29)]) {
+      expect(await names(built(fine))).toEqual(["w"]);
+    }
+    for (const bad of [(p: Pickle) => p.raw(0x4e), (p: Pickle) => p.int(3), (p: Pickle) => p.str("abc"), (p: Pickle) => p.raw(0x5d).int(1).raw(0x61)]) {
+      await expect(readAll(built(bad))).rejects.toThrow(/BUILD on an OrderedDict .* dict\.update refuses it/);
+    }
+  });
+
+  it("build-without-dict: a set or a torch.Size has no attributes, so a true BUILD state is refused and a false one changes nothing", async () => {
+    const size = (p: Pickle) => p.global("torch", "Size").ints([2]).raw(0x85).reduce();
+    const set = (p: Pickle) => p.raw(0x8f);
+    const pySet = (p: Pickle) => p.global("__builtin__", "set").raw(0x5d).raw(0x85).reduce();
+    for (const make of [size, set, pySet]) {
+      expect(await names(beside("x", (p) => make(p).raw(0x4e).raw(0x62)))).toEqual(["w"]);
+      expect(await names(beside("x", (p) => make(p).dict().raw(0x62)))).toEqual(["w"]);
+      await expect(readAll(beside("x", (p) => make(p).dict().str("a").int(1).setitem().raw(0x62)))).rejects.toThrow(/has no attributes to set/);
+      await expect(readAll(beside("x", (p) => make(p).raw(0x4e).dict().str("a").int(1).setitem().raw(0x86).raw(0x62)))).rejects.toThrow(
+        /has no attributes to set/,
+      );
+    }
+  });
+
+  it("newobj-of-a-function: NEWOBJ of an allowed global that is not a class is refused (torch: X is not a type object)", async () => {
+    for (const [module, name] of [
+      ["torch._utils", "_rebuild_tensor_v2"],
+      ["torch._utils", "_rebuild_qtensor"],
+      ["_codecs", "encode"],
+      ["torch", "float32"],
+    ] as const) {
+      await expect(readAll(beside("x", (p) => p.global(module, name).raw(0x29).raw(0x81)))).rejects.toThrow(/NEWOBJ of .*, which is not a class/);
+    }
+    // A class's __new__: an OrderedDict starts empty whatever its arguments, and takes the tensor.
+    const p = new Pickle().proto().global("collections", "OrderedDict").int(7).raw(0x85).raw(0x81).str("w").tensor(W).setitem().stop();
+    expect(await names(torchZip(p.bytes(), { "0": f32(1, 2, 3, 4) }))).toEqual(["w"]);
+  });
+
+  it("set-as-key: a set is unhashable as a dict key, made by EMPTY_SET or by builtins.set", async () => {
+    const keyed = (key: (p: Pickle) => Pickle) => torchZip(key(new Pickle().proto().dict()).tensor(W).setitem().stop().bytes(), { "0": f32(1, 2, 3, 4) });
+    await expect(readAll(keyed((p) => p.raw(0x8f)))).rejects.toThrow(/unhashable type: 'set'/);
+    await expect(readAll(keyed((p) => p.global("__builtin__", "set").raw(0x5d).raw(0x85).reduce()))).rejects.toThrow(/unhashable type: 'set'/);
+    await expect(readAll(keyed((p) => p.global("builtins", "bytearray").raw(0x29).reduce()))).rejects.toThrow(/unhashable type: 'bytearray'/);
+  });
+
+  it("stride-empty: an empty stride is the size's contiguous strides, as torch's set_ takes it", async () => {
+    const read = async (stride: readonly number[]) => {
+      const file = await readAll(torchZip(statePickle({ w: { key: "0", numel: 6, size: [2, 3], stride } }), { "0": f32(1, 2, 3, 4, 5, 6) }));
+      return [file.tensors[0]!.shape, [...(await readTensorBytes(file.tensors[0]!))]];
+    };
+    expect(await read([])).toEqual(await read([3, 1]));
+    expect(await read([])).not.toEqual(await read([1, 2]));
+    await expect(read([1])).rejects.toThrow(/size has 2 dimensions but stride has 1/);
+  });
+
+  it("torch-tensor-as-metadata: a tensor as a rebuild function's metadata argument is refused (torch tests its truth)", async () => {
+    for (const metadata of [(p: Pickle) => p.tensor(W), (p: Pickle) => p.global("torch.nn.parameter", "Parameter").raw(0x29).reduce()]) {
+      await expect(readAll(torchZip(statePickle({ w: { ...W, metadata } }), { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(/metadata argument .* is a tensor/);
+    }
   });
 });
 
