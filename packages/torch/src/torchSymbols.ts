@@ -129,6 +129,8 @@ export interface TensorRef {
    * (undefined), an `nn.Parameter`, or another subclass (`nn.Buffer`, which torch cannot `BUILD`).
    */
   readonly pythonType?: "Parameter" | "subclass";
+  /** Why the view does not lie within its storage (torch refuses it as it builds it). */
+  readonly viewError?: string;
 }
 
 export type TorchNative = StorageRef | TensorRef;
@@ -337,7 +339,23 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   // storage_offset counts elements of the tensor's dtype; a legacy view's offset, of the storage's.
   const viewBytes = storage.viewOffset * storage.dtype.size;
   if (viewBytes % tensorDtype.size !== 0) invalid(`a storage view starts at byte ${viewBytes}, inside an element of ${tensorDtype.torchName}`);
-  return native({ kind: "tensor", storage, dtype: tensorDtype, offset: first + viewBytes / tensorDtype.size, shape, strides, rebuiltBy: where });
+  const offsetInRoot = first + viewBytes / tensorDtype.size;
+  // torch's set_ grows the storage to the view's last byte, and a loaded storage cannot grow
+  // ("Trying to resize storage that is not resizable"): checked as each tensor is built, as torch
+  // does, whether or not the tensor ends up in the result.
+  // The error is kept on the tensor, so that it is reported under the tensor's name when the
+  // tensor is in the result (see `checkViews`).
+  let viewError: string | undefined;
+  if (numel > 0n) {
+    let last = BigInt(offsetInRoot);
+    for (let i = 0; i < shape.length; i++) last += BigInt(Math.max(shape[i]! - 1, 0)) * BigInt(strides[i]!);
+    const declared = BigInt(storage.numel) * BigInt(storage.dtype.size);
+    const end = (last + 1n) * BigInt(tensorDtype.size);
+    if (end > declared) {
+      viewError = `the ${tensorDtype.torchName} view at element offset ${offsetInRoot}, size [${shape.join(", ")}], stride [${strides.join(", ")}] reaches byte ${end} of storage ${JSON.stringify(storage.key)}, which holds ${declared} bytes`;
+    }
+  }
+  return native({ kind: "tensor", storage, dtype: tensorDtype, offset: offsetInRoot, shape, strides, rebuiltBy: where, viewError });
 }
 
 /** Allowed calls whose result is a tensor (a Parameter, or a tensor from a legacy constructor such as torch.FloatTensor). */
@@ -353,6 +371,8 @@ function makesTensor(value: PickleValue): boolean {
 export interface TorchHooks extends UnpicklerHooks {
   /** Every storage a persistent id declared, by key, in first-declaration order. */
   readonly storages: ReadonlyMap<string, StorageRef>;
+  /** Tensors built over views that leave their storage, in the order built. */
+  readonly badViews: readonly TensorRef[];
 }
 
 /**
@@ -362,8 +382,10 @@ export interface TorchHooks extends UnpicklerHooks {
  */
 export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
   const storages = new Map<string, StorageRef>();
+  const badViews: TensorRef[] = [];
   return {
     storages,
+    badViews,
     persistentLoad(pid) {
       const made = storageFromPersistentId(pid, format);
       const ref = asTorch(made) as StorageRef;
@@ -377,7 +399,12 @@ export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
       }
       return made;
     },
-    reduce: reduceSymbol,
+    reduce(callee, args) {
+      const made = reduceSymbol(callee, args);
+      const tensor = made === undefined ? undefined : asTorch(made);
+      if (tensor?.kind === "tensor" && tensor.viewError !== undefined) badViews.push(tensor);
+      return made;
+    },
     build: buildNative,
     newObject,
   };

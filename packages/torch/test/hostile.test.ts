@@ -437,6 +437,26 @@ describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () 
     await expect(read([1])).rejects.toThrow(/size has 2 dimensions but stride has 1/);
   });
 
+  it("view-checked-when-built: a view past its storage is refused as torch builds it, even one the pickle then leaves out of its result", async () => {
+    const storages = { "0": f32(1, 2, 3, 4), "1": f32(5, 6) };
+    const bad = { key: "1", numel: 2, size: [2], stride: [3] };
+    // MARK, the bad tensor, then the result: STOP returns the dict and leaves the rest on the stack.
+    const hidden = new Pickle().proto().mark().tensor(bad).dict().str("w").tensor(W).setitem().stop();
+    await expect(readAll(torchZip(hidden.bytes(), storages))).rejects.toThrow(
+      /builds and then leaves out of its result: the float32 view .* stride \[3\] reaches byte 16 of storage "1", which holds 8 bytes/,
+    );
+    const fine = new Pickle()
+      .proto()
+      .mark()
+      .tensor({ ...bad, stride: [1] })
+      .dict()
+      .str("w")
+      .tensor(W)
+      .setitem()
+      .stop();
+    expect(await names(torchZip(fine.bytes(), storages))).toEqual(["w"]);
+  });
+
   it("torch-tensor-as-metadata: a tensor as a rebuild function's metadata argument is refused (torch tests its truth)", async () => {
     for (const metadata of [(p: Pickle) => p.tensor(W), (p: Pickle) => p.global("torch.nn.parameter", "Parameter").raw(0x29).reduce()]) {
       await expect(readAll(torchZip(statePickle({ w: { ...W, metadata } }), { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(/metadata argument .* is a tensor/);
