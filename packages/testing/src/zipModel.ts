@@ -567,7 +567,9 @@ export function readDirectory(bytes: Uint8Array): { entries: ZipDirectoryEntry[]
  * member whose two sizes differ, a size DEFLATE cannot produce from the compressed one, bytes
  * whose CRC-32 or length is not the recorded one, a local header that disagrees with the directory.
  */
-export function zipRecordsLie(bytes: Uint8Array): boolean {
+export function zipRecordsLie(bytes: Uint8Array, options: { zeroCrcUnchecked?: boolean } = {}): boolean {
+  // A CRC of 0 is torch's "not computed"; zipfile (npz) checks it like any other.
+  const unchecked = options.zeroCrcUnchecked === true;
   const directory = readDirectory(bytes);
   if (directory === undefined) return false;
   const starts = directory.entries.map((e) => e.offset).sort((a, b) => a - b);
@@ -589,7 +591,7 @@ export function zipRecordsLie(bytes: Uint8Array): boolean {
     }
     // A DEFLATE stream that does not inflate whole (cut short, no final block) misstates its member too.
     if (content === undefined) return true;
-    if (content.byteLength !== e.size || (e.crc !== 0 && crcOf(content) !== e.crc)) return true;
+    if (content.byteLength !== e.size || ((e.crc !== 0 || !unchecked) && crcOf(content) !== e.crc)) return true;
     const flags = u16(bytes, e.offset + 6);
     const localCrc = u32(bytes, e.offset + 14);
     const localCompressed = u32(bytes, e.offset + 18);

@@ -541,8 +541,9 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
   const hooks = torchHooks("legacy");
   const { value, end, opaqueCalls } = await pickleAt(source, at, options, "the object pickle", hooks);
   at += end;
+  // A legacy storage is made empty and resizable, so torch's set_ grows it as the pickle builds a
+  // view past it: the view is judged later, against the storage's record (tensorEntry).
   const named = nameTensors(value, opaqueCalls, options);
-  checkViews(named, hooks);
   const keysValue = await next("the storage key list");
   const keys = storageKeys(keysValue);
   // Storage records follow in the key list's order: an 8-byte element count, then the elements.
@@ -819,9 +820,10 @@ function isContiguous(shape: readonly number[], strides: readonly number[]): boo
 }
 
 /**
- * torch refuses a view past its storage as it builds the tensor, whether or not the tensor is in
- * the result: the first such tensor among those named is refused under its name, one built but
- * left out of the result without one.
+ * torch refuses a view past its storage as it builds the tensor (a zip checkpoint's storages are
+ * loaded whole and cannot grow), whether or not the tensor is in the result: the first such
+ * tensor among those named is refused under its name, one built but left out of the result
+ * without one.
  * @throws StConvertError `InvalidTensor`.
  */
 function checkViews(named: Named, hooks: TorchHooks): void {
@@ -831,7 +833,7 @@ function checkViews(named: Named, hooks: TorchHooks): void {
 }
 
 /**
- * Makes a tensor's entry (its view was checked against its storage as it was built).
+ * Makes a tensor's entry, refusing a view past its storage.
  * @throws StConvertError `InvalidTensor`, `LimitExceeded`, `UnsupportedDtype`.
  */
 function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEndian: boolean, options: TorchReadOptions): TorchTensor {
@@ -840,7 +842,8 @@ function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEnd
     fail("UnsupportedDtype", `torch.${ref.dtype.torchName} has no safetensors dtype`, name);
   }
   if (ref.shape.length > MAX_RANK) fail("InvalidTensor", `${ref.shape.length} dimensions, more than ${MAX_RANK}`, name);
-  // The view lies within its storage: checked as the pickle rebuilt it (rebuildTensor).
+  // A view past its storage: found as the pickle built it (rebuildTensor), refused here under its name.
+  if (ref.viewError !== undefined) fail("InvalidTensor", ref.viewError, name);
   const es = BigInt(ref.dtype.size);
   let numel = 1n;
   for (const d of ref.shape) numel *= BigInt(d);
