@@ -340,11 +340,10 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   const viewBytes = storage.viewOffset * storage.dtype.size;
   if (viewBytes % tensorDtype.size !== 0) invalid(`a storage view starts at byte ${viewBytes}, inside an element of ${tensorDtype.torchName}`);
   const offsetInRoot = first + viewBytes / tensorDtype.size;
-  // torch's set_ grows the storage to the view's last byte, and a loaded storage cannot grow
-  // ("Trying to resize storage that is not resizable"): checked as each tensor is built, as torch
-  // does, whether or not the tensor ends up in the result.
-  // The error is kept on the tensor, so that it is reported under the tensor's name when the
-  // tensor is in the result (see `checkViews`).
+  // torch's set_ grows the storage to the view's last byte, and a zip checkpoint's storage, loaded
+  // whole, cannot grow ("Trying to resize storage that is not resizable"), whether or not the
+  // tensor ends up in the result. The error is kept on the tensor, to be reported under its name
+  // (readTorch's `checkViews`; a legacy checkpoint's storages grow, and judge their views later).
   let viewError: string | undefined;
   if (numel > 0n) {
     let last = BigInt(offsetInRoot);
