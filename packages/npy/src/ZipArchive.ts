@@ -422,11 +422,19 @@ export async function locateMembers(source: ByteSource, directory: ZipDirectory,
     }
     end = m.headerOffset;
   }
-  for (const m of members) checkMember(m, maxMemberSize);
+  // zipfile's reader (numpy reads every member) is judged on all; miniz judges a member's flags
+  // and method only when torch extracts it (checkExtractable).
+  const miniz = options.rules === "miniz";
+  for (const m of members) checkMember(m, maxMemberSize, !miniz);
   return members;
 }
 
-function checkMember(m: ZipMember, maxMemberSize: number): void {
+/**
+ * A member's flags and compression method, as a reader that extracts it judges them: encrypted,
+ * patched (flag bit 5) or compressed other than stored or deflated is refused.
+ * @throws StConvertError `Unsupported`.
+ */
+export function checkExtractable(m: ZipMember): void {
   const where = { toString: () => `member ${JSON.stringify(m.name)}` };
   if ((m.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION)) !== 0) throw new StConvertError("Unsupported", `${where} is encrypted`);
   if ((m.flags & FLAG_PATCHED) !== 0) throw new StConvertError("Unsupported", `${where} holds compressed patched data (flag bit 5)`);
@@ -437,6 +445,11 @@ function checkMember(m: ZipMember, maxMemberSize: number): void {
       `${where} uses compression method ${m.method}${known[m.method] === undefined ? "" : ` (${known[m.method]})`}; numpy writes only stored and deflated members`,
     );
   }
+}
+
+function checkMember(m: ZipMember, maxMemberSize: number, extractable: boolean): void {
+  const where = { toString: () => `member ${JSON.stringify(m.name)}` };
+  if (extractable) checkExtractable(m);
   if (m.method === 0 && m.compressedSize !== m.size) {
     throw new StConvertError("MemberSizeMismatch", `${where} is stored but declares ${m.compressedSize} stored bytes and ${m.size} uncompressed`);
   }

@@ -25,4 +25,4 @@ export { DTYPE_OPTION, npyFormat, npzFormat } from "./formats.js";
 export { NPZ_COMMENT_FORMAT, type NpzComment, type NpzFile, type NpzReadOptions, type NpzWriteOptions, readNpz, writeNpz } from "./npz.js";
 export { MAX_LITERAL_DEPTH, type PyValue, parsePythonLiteral } from "./parsePythonLiteral.js";
 export { MAX_KEPT_BYTES, MAX_NPZ_MEMBER_SIZE, MAX_ZIP_DIRECTORY_SIZE, type ZipReadOptions } from "./ZipArchive.js";
-export { type ZipDirectory, type ZipEntry, type ZipMember, locateMembers, memberPayload, readZipDirectory } from "./ZipArchive.js";
+export { type ZipDirectory, type ZipEntry, type ZipMember, checkExtractable, locateMembers, memberPayload, readZipDirectory } from "./ZipArchive.js";

@@ -226,7 +226,7 @@ export function splitState(state: PickleValue): [PickleValue, PickleValue] {
  * Why `dict.update(state)` (what torch's `BUILD` does to an `OrderedDict`'s `__dict__`) raises, or
  * undefined when it would not: a mapping, or an iterable of pairs with hashable keys.
  */
-function dictUpdateRefusal(state: PickleValue): string | undefined {
+export function dictUpdateRefusal(state: PickleValue): string | undefined {
   const pair = (item: PickleValue, i: number): string | undefined => {
     if (typeof item === "string") return item.length === 2 ? undefined : `element #${i} has length ${item.length}; 2 is required`;
     if (item !== null && typeof item === "object") {
@@ -466,11 +466,14 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
     bad(`APPEND to ${describeValue(target)}`);
   };
   const call = (callee: PickleValue, given: PickleValue): PickleValue => {
-    // torch's weights-only unpickler calls func(*args): a list serves as a tuple, and so does a set
-    // of at most one item (a longer set's order is Python's hash order, which nothing here can know).
+    // torch's weights-only unpickler calls func(*args): a list serves as a tuple, a dict as the
+    // tuple of its keys (in their order), and a set of at most one item too (a longer set's order
+    // is Python's hash order, which nothing here can know).
     let args = given;
     if (args !== null && typeof args === "object" && (args.kind === "list" || (args.kind === "set" && args.items.length <= 1))) {
       args = { kind: "tuple", items: [...args.items], depth: args.depth };
+    } else if (args !== null && typeof args === "object" && args.kind === "dict") {
+      args = { kind: "tuple", items: Array.from(args.entries.values(), (e) => e.key), depth: args.depth };
     }
     if (args === null || typeof args !== "object" || args.kind !== "tuple")
       bad(`the arguments of ${symbolName(callee)} are ${describeValue(args)}, not a tuple`);

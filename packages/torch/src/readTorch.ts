@@ -24,7 +24,17 @@ import {
   toByteSource,
   withContext,
 } from "@st-convert/core";
-import { type Codec, type ZipMember, crc32Stream, loadCodec, withCrc32, locateMembers, memberPayload, readZipDirectory } from "@st-convert/npy";
+import {
+  type Codec,
+  type ZipMember,
+  checkExtractable,
+  crc32Stream,
+  loadCodec,
+  locateMembers,
+  memberPayload,
+  readZipDirectory,
+  withCrc32,
+} from "@st-convert/npy";
 import type { TorchErrorCode } from "./TorchErrorCode.js";
 import { MAX_RANK, type StorageRef, type TensorRef, type TorchHooks, asTorch, torchHooks } from "./torchSymbols.js";
 import {
@@ -368,9 +378,14 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
   }
   const members = await locateMembers(source, directory, { rules: "miniz" });
   const byName = new Map(members.map((m) => [foldCase(m.originalName), m]));
-  /** A record torch reads. miniz extracts nothing from one marked as a directory, leaving torch's buffer as allocated. */
+  /**
+   * A record torch reads, judged as miniz judges what it extracts: its flags and method (a record
+   * torch never reads is not), and no directory attribute (miniz extracts nothing from a
+   * "directory", leaving torch's buffer as allocated).
+   */
   const record = (name: string): ZipMember | undefined => {
     const member = byName.get(foldCase(root + name));
+    if (member !== undefined) checkExtractable(member);
     if (member !== undefined && member.size > 0 && (member.externalAttributes & DOS_DIRECTORY) !== 0) {
       fail(
         "InvalidCheckpoint",

@@ -15,6 +15,7 @@ import {
   type PyTuple,
   type UnpicklerHooks,
   describeValue,
+  dictUpdateRefusal,
   pyTruth,
   splitState,
 } from "./Unpickler.js";
@@ -453,6 +454,10 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
     }
     if (symbol === "collections.OrderedDict") {
       if (args.items.length === 0) return { kind: "dict", entries: new Map(), depth: 1 };
+      // OrderedDict(x) takes one mapping or iterable of pairs; what it refuses, torch.load refuses.
+      if (args.items.length > 1) unpicklingError(`collections.OrderedDict is called with ${args.items.length} arguments; torch: "expected at most 1 argument"`);
+      const why = dictUpdateRefusal(args.items[0]!);
+      if (why !== undefined) unpicklingError(`collections.OrderedDict is called with ${describeValue(args.items[0]!)}, which it refuses (${why})`);
       return undefined;
     }
     return undefined;

@@ -457,6 +457,30 @@ describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () 
     expect(await names(torchZip(fine.bytes(), storages))).toEqual(["w"]);
   });
 
+  it("flags-judged-when-extracted: a member's flags and method count only when torch reads it (miniz judges them on extraction)", async () => {
+    const extra = (flags: number) => [{ name: "archive/notes.txt", data: new TextEncoder().encode("hello"), flags }];
+    const file = (storageFlags: number, extraFlags: number) =>
+      zip([
+        { name: "archive/data.pkl", data: statePickle({ w: W }) },
+        { name: "archive/byteorder", data: new TextEncoder().encode("little") },
+        { name: "archive/data/0", data: f32(1, 2, 3, 4), flags: storageFlags },
+        ...extra(extraFlags),
+        { name: "archive/version", data: new TextEncoder().encode("3\n") },
+      ]);
+    expect(await names(file(0, 0x20))).toEqual(["w"]);
+    expect(await names(file(0, 0x01))).toEqual(["w"]);
+    await expect(readAll(file(0x20, 0))).rejects.toThrow(/member "archive\/data\/0" holds compressed patched data/);
+    await expect(readAll(file(0x01, 0))).rejects.toThrow(/member "archive\/data\/0" is encrypted/);
+  });
+
+  it("ordered-dict-arguments: OrderedDict(*args) takes a dict's keys as its arguments, and at most one mapping or iterable of pairs", async () => {
+    const called = (args: (p: Pickle) => Pickle) => beside("h", (p) => args(p.global("collections", "OrderedDict")).reduce());
+    expect(await names(called((p) => p.dict()))).toEqual(["w"]);
+    expect(await names(called((p) => p.raw(0x5d).raw(0x5d).str("a").int(1).raw(0x86).raw(0x61).raw(0x61)))).toEqual(["w"]);
+    await expect(readAll(called((p) => p.dict().str("a").int(1).setitem()))).rejects.toThrow(/OrderedDict is called with a str, which it refuses/);
+    await expect(readAll(called((p) => p.mark().dict().dict().tuple()))).rejects.toThrow(/called with 2 arguments/);
+  });
+
   it("torch-tensor-as-metadata: a tensor as a rebuild function's metadata argument is refused (torch tests its truth)", async () => {
     for (const metadata of [(p: Pickle) => p.tensor(W), (p: Pickle) => p.global("torch.nn.parameter", "Parameter").raw(0x29).reduce()]) {
       await expect(readAll(torchZip(statePickle({ w: { ...W, metadata } }), { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(/metadata argument .* is a tensor/);
