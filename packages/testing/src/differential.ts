@@ -369,7 +369,10 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
       "a member whose CRC-32 or sizes the archive misstates (a stored member whose two sizes differ, data that inflates short or long, a size that runs into the next member or that DEFLATE cannot produce): we refuse (BadCrc, MemberSizeMismatch, OverlappingMembers, BadZipFile); zipfile checks only when a read reaches the member's end (np.load stops at the array's last byte), torch does not check CRCs",
     reason:
       "every member is checked whole, so that a tampered archive is refused whichever tool reads it, and an overlapping or impossible size (the zip-bomb shapes) is refused before a byte is inflated",
-    matches: (c) => referenceAccepts(c) && refusesWith(c, "BadCrc", "MemberSizeMismatch", "OverlappingMembers", "BadZipFile") && zipRecordsLie(c.bytes, { zeroCrcUnchecked: c.format === "torch" }),
+    matches: (c) =>
+      referenceAccepts(c) &&
+      refusesWith(c, "BadCrc", "MemberSizeMismatch", "OverlappingMembers", "BadZipFile") &&
+      zipRecordsLie(c.bytes, { zeroCrcUnchecked: c.format === "torch" }),
   },
   {
     id: "torch-zip-by-zipfile-rules",
