@@ -114,7 +114,31 @@ class LiteralParser {
     const value = this.#expressionList();
     const after = this.#current();
     if (after.type !== "end") this.#fail(`unexpected ${describe(after)}`, after.pos);
+    this.#checkLastLine();
     return value.value;
+  }
+
+  /**
+   * Python's tokenizer refuses a last line, after a newline that ends the expression, that holds
+   * only blanks reaching past column 0 with no newline of its own ("unexpected indent"): a form
+   * feed sets the column back to 0, a tab moves it to the next multiple of 8, a comment or a line
+   * continuation before the newline makes the line no new line at all.
+   */
+  #checkLastLine(): void {
+    const text = this.#text;
+    const newline = Math.max(text.lastIndexOf("\n"), text.lastIndexOf("\r"));
+    if (newline < 0 || newline === text.length - 1) return;
+    const lineStart = text[newline] === "\n" && text[newline - 1] === "\r" ? newline - 1 : newline;
+    if (text[lineStart - 1] === "\\") return;
+    let column = 0;
+    for (let i = newline + 1; i < text.length; i++) {
+      const c = text[i];
+      if (c === " ") column++;
+      else if (c === "\t") column = (Math.floor(column / 8) + 1) * 8;
+      else if (c === "\f") column = 0;
+      else return;
+    }
+    if (column > 0) this.#fail("unexpected indent", newline + 1);
   }
 
   #fail(reason: string, pos: number): never {

@@ -74,6 +74,16 @@ describe("parseNpyHeader", () => {
     expect(parseNpyHeader(ok)).toEqual({ descr: "<f4", fortranOrder: false, shape: [2n, 3n] });
   });
 
+  it("header-last-line-indent: padding that ends in a newline and then blanks is refused, as np.load refuses it (unexpected indent)", () => {
+    expect(parseNpyHeader(`${ok}      \n`).descr).toBe("<f4");
+    expect(parseNpyHeader(`${ok}   \r   \n`).descr).toBe("<f4");
+    for (const padding of ["   \r      ", "\n  ", "\r\n\t"]) {
+      expect(() => parseNpyHeader(ok + padding)).toThrow(
+        expect.objectContaining({ code: "InvalidHeader", message: expect.stringMatching(/unexpected indent/) }),
+      );
+    }
+  });
+
   it(`counts the limit in characters, ${MAX_NPY_HEADER_SIZE} by default, inclusive`, () => {
     const at = (n: number) => ok + " ".repeat(n - ok.length);
     expect(parseNpyHeader(at(MAX_NPY_HEADER_SIZE)).descr).toBe("<f4");
