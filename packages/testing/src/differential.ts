@@ -588,6 +588,14 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
       /BUILD on (a tensor with|a parameter with a state of [45] items|a storage with|an object made by torch\.)/.test(ourMessage(c)),
   },
   {
+    id: "torch-storage-from-call",
+    formats: ["torch"],
+    summary:
+      "a call of torch.storage.UntypedStorage or TypedStorage with arguments (a size, a sequence of bytes): we refuse (UnpicklingError); torch makes the storage, of uninitialised bytes for a size",
+    reason: "a checkpoint's storages come from its persistent ids; one made by a call holds bytes the file does not carry",
+    matches: (c) => referenceAccepts(c) && refusesWith(c, "UnpicklingError") && /builds storages only from persistent ids/.test(ourMessage(c)),
+  },
+  {
     id: "torch-tensor-as-metadata",
     formats: ["torch"],
     summary:

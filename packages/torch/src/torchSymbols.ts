@@ -234,7 +234,10 @@ export function storageFromPersistentId(pid: PickleValue, format: "zip" | "legac
   };
   if (pid === null || typeof pid !== "object" || pid.kind !== "tuple") return invalidStorage(`a persistent id is ${describeValue(pid)}, not a storage tuple`);
   const [tag, cls, key, , numel, view] = pid.items;
-  if (tag !== "storage") return invalidStorage(`a persistent id of type ${JSON.stringify(tag)} is not a storage (torch writes only 'storage')`);
+  if (tag !== "storage") {
+    const what = typeof tag === "string" ? JSON.stringify(tag) : describeValue((tag ?? null) as PickleValue);
+    return invalidStorage(`a persistent id of type ${what} is not a storage (torch writes only 'storage')`);
+  }
   // torch unpacks the items after the tag into exactly four (zip) or five (legacy) names.
   const items = format === "zip" ? 5 : 6;
   if (pid.items.length !== items) return invalidStorage(`a storage persistent id has ${pid.items.length} items, not the ${items} of a ${format} checkpoint`);
@@ -430,6 +433,7 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
         `${symbol} is called, but torch.load cannot call it (a ${STORAGE_CLASSES.has(callee.name) ? "storage class" : "dtype"} is not callable)`,
       );
     }
+    if (STORAGE_TYPES.has(symbol) && args.items.length > 0) refuseStorageCall(symbol);
     if (symbol === "torch._tensor._rebuild_from_type_v2") {
       if (args.items.length !== 4) invalid(`${symbol} takes 4 arguments (func, new_type, args, state), not ${args.items.length}`);
       const [func, type, funcArgs] = args.items;
@@ -525,9 +529,20 @@ function isAllowedNonType(cls: PyGlobal): boolean {
   return (cls.module === "torch" || cls.module === "torch.cuda") && STORAGE_CLASSES.has(cls.name);
 }
 
+/** The storage classes torch's weights-only unpickler lets a pickle call. */
+const STORAGE_TYPES = new Set(["torch.storage.UntypedStorage", "torch.storage.TypedStorage"]);
+
+/** A storage made by calling its class: refused, whatever torch would make of the arguments. */
+function refuseStorageCall(symbol: string): never {
+  unpicklingError(
+    `${symbol} is called with arguments: st-convert builds storages only from persistent ids (torch would make one of uninitialised or copied bytes, or refuse the arguments)`,
+  );
+}
+
 /** `NEWOBJ` (`cls.__new__(cls, *args)`) of a symbol, where it differs from calling it. */
-function newObject(cls: PyGlobal): PickleValue | undefined {
+function newObject(cls: PyGlobal, args: PickleValue): PickleValue | undefined {
   const symbol = `${cls.module}.${cls.name}`;
+  if (STORAGE_TYPES.has(symbol) && pyTruth(args) !== false) refuseStorageCall(symbol);
   if (isAllowedNonType(cls)) {
     unpicklingError(`NEWOBJ of ${symbol}, which is not a class; torch: "__new__(X): X is not a type object"`);
   }

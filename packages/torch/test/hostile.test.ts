@@ -481,6 +481,32 @@ describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () 
     await expect(readAll(called((p) => p.mark().dict().dict().tuple()))).rejects.toThrow(/called with 2 arguments/);
   });
 
+  it("torch-storage-from-call: a storage class called with arguments is refused (REDUCE or NEWOBJ); called with none, it is skipped", async () => {
+    for (const cls of ["UntypedStorage", "TypedStorage"]) {
+      await expect(readAll(beside("s", (p) => p.global("torch.storage", cls).int(5).raw(0x85).reduce()))).rejects.toThrow(
+        /builds storages only from persistent ids/,
+      );
+      await expect(readAll(beside("s", (p) => p.global("torch.storage", cls).int(5).raw(0x85).raw(0x81)))).rejects.toThrow(
+        /builds storages only from persistent ids/,
+      );
+    }
+    expect(await names(beside("s", (p) => p.global("torch.storage", "UntypedStorage").raw(0x29).reduce()))).toEqual(["w"]);
+  });
+
+  it("persistent-id-tag-any-value: a persistent id whose tag is not a str (an int past 2^53) is refused with a message, not a crash", async () => {
+    const p = new Pickle()
+      .proto()
+      .dict()
+      .str("w")
+      .mark()
+      .int(2 ** 60)
+      .tuple()
+      .raw(0x51)
+      .setitem()
+      .stop();
+    await expect(readAll(torchZip(p.bytes()))).rejects.toThrow(/a persistent id of type an int is not a storage/);
+  });
+
   it("torch-tensor-as-metadata: a tensor as a rebuild function's metadata argument is refused (torch tests its truth)", async () => {
     for (const metadata of [(p: Pickle) => p.tensor(W), (p: Pickle) => p.global("torch.nn.parameter", "Parameter").raw(0x29).reduce()]) {
       await expect(readAll(torchZip(statePickle({ w: { ...W, metadata } }), { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(/metadata argument .* is a tensor/);
