@@ -90,9 +90,12 @@ export function parseNpyHeader(text: string, version: NpyVersion = [1, 0], optio
     value = parsePythonLiteral(text);
   } catch (error) {
     if (version[0] > 2) throw error;
-    // Headers written by Python 2 may hold `2L`; numpy retries them through _filter_header.
+    // Headers written by Python 2 may hold `2L` (or blanks after the last newline); numpy retries
+    // versions 1.0 and 2.0 through _filter_header.
     value = parsePythonLiteral(text, { allowLongSuffix: true });
-    options.onWarning?.("the npy header was written by Python 2 (integers with an L suffix); numpy reads it with the same clean-up");
+    options.onWarning?.(
+      "the npy header needed numpy's clean-up of headers written by Python 2 (an L suffix, blanks after the last newline); numpy reads it the same way",
+    );
   }
   if (value.kind !== "dict") throw new StConvertError("InvalidHeader", `header is not a dictionary but a ${value.kind}`);
 

@@ -125,7 +125,13 @@ class LiteralParser {
    * continuation before the newline makes the line no new line at all.
    */
   #checkLastLine(): void {
-    const text = this.#text;
+    let text = this.#text;
+    // numpy's Python 2 clean-up (_filter_header) re-joins the text from its "\n"-ended lines, and
+    // so drops blanks after the last "\n" (not after a lone "\r").
+    if (this.#dropLongSuffix) {
+      const last = text.lastIndexOf("\n");
+      if (last >= 0 && /^[ \t\f]*$/.test(text.slice(last + 1))) text = text.slice(0, last + 1);
+    }
     const newline = Math.max(text.lastIndexOf("\n"), text.lastIndexOf("\r"));
     if (newline < 0 || newline === text.length - 1) return;
     const lineStart = text[newline] === "\n" && text[newline - 1] === "\r" ? newline - 1 : newline;
