@@ -361,6 +361,35 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   return native({ kind: "tensor", storage, dtype: tensorDtype, offset: offsetInRoot, shape, strides, rebuiltBy: where, viewError });
 }
 
+/** Attributes whose assignment rewrites a tensor's elements or data. */
+const REWRITING_ATTRIBUTES = new Set(["data", "real", "imag"]);
+
+/**
+ * The state `_rebuild_from_type_v2` sets on the tensor it made (torch's `_set_obj_state`): a
+ * `(dict_state, slots_state)` pair or a dict state alone, each, when true, a dict whose keys are
+ * attribute names. An attribute that rewrites the tensor (data, real, imag) is refused: torch.save
+ * never writes one there.
+ * @throws StConvertError `UnpicklingError`.
+ */
+function checkObjectState(state: PickleValue): void {
+  const where = "the state of torch._tensor._rebuild_from_type_v2";
+  let parts: PickleValue[] = [state];
+  if (state !== null && typeof state === "object" && state.kind === "tuple") {
+    if (state.items.length !== 2) unpicklingError(`${where} is a tuple of ${state.items.length} items; torch: "Invalid serialized state"`);
+    parts = [...state.items];
+  }
+  for (const part of parts) {
+    if (isTruthy(part) === false) continue;
+    if (part !== null && typeof part === "object" && part.kind === "opaque" && part.callee === "collections.OrderedDict") continue;
+    if (part === null || typeof part !== "object" || part.kind !== "dict") unpicklingError(`${where} holds ${describeValue(part)}, not a dict of attributes`);
+    for (const { key } of part.entries.values()) {
+      if (typeof key !== "string") unpicklingError(`${where} names an attribute by ${describeValue(key)}; torch: "attribute name must be string"`);
+      if (REWRITING_ATTRIBUTES.has(key))
+        unpicklingError(`BUILD on a tensor with a state that sets its ${key}: torch would rewrite the tensor; torch.save never writes this`);
+    }
+  }
+}
+
 /** Allowed calls whose result is a tensor (a Parameter, or a tensor from a legacy constructor such as torch.FloatTensor). */
 const TENSOR_CALL = /^torch\.((nn\.parameter\.Parameter)|Tensor|(cuda\.)?(sparse\.)?[A-Z][A-Za-z0-9]*Tensor)$/;
 
@@ -452,6 +481,7 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
           `a tensor is rebuilt as ${typeName ?? describeValue(type ?? null)}, a type st-convert does not interpret (Unsupported global)`,
         );
       }
+      checkObjectState(args.items[3]!);
       if (typeName === "torch.nn.parameter.Parameter") return native({ ...(asTorch(tensor) as TensorRef), pythonType: "Parameter" });
       if (typeName === "torch.nn.parameter.Buffer") return native({ ...(asTorch(tensor) as TensorRef), pythonType: "subclass" });
       return tensor;

@@ -507,6 +507,29 @@ describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () 
     await expect(readAll(torchZip(p.bytes()))).rejects.toThrow(/a persistent id of type an int is not a storage/);
   });
 
+  it("rebuild-from-type-state: _rebuild_from_type_v2's state is a pair or a dict of attributes named by str; one that sets data is refused", async () => {
+    const fromType = (state: (p: Pickle) => Pickle) => {
+      const p = new Pickle().proto().dict().str("w").global("torch._tensor", "_rebuild_from_type_v2").mark();
+      p.global("torch._utils", "_rebuild_tensor_v2").global("torch", "Tensor");
+      p.mark().mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").int(4).tuple().raw(0x51);
+      p.int(0).ints([4]).ints([1]).raw(0x89).global("collections", "OrderedDict").raw(0x29).reduce().tuple();
+      state(p).tuple().reduce().setitem().stop();
+      return torchZip(p.bytes(), { "0": f32(1, 2, 3, 4) });
+    };
+    for (const fine of [
+      (p: Pickle) => p.dict(),
+      (p: Pickle) => p.raw(0x4e),
+      (p: Pickle) => p.raw(0x4e).dict().raw(0x86),
+      (p: Pickle) => p.dict().str("tag").int(1).setitem(),
+    ]) {
+      expect(await names(fromType(fine))).toEqual(["w"]);
+    }
+    await expect(readAll(fromType((p) => p.dict().int(1).int(2).setitem()))).rejects.toThrow(/attribute name must be string/);
+    await expect(readAll(fromType((p) => p.raw(0x4e).raw(0x4e).raw(0x4e).raw(0x87)))).rejects.toThrow(/Invalid serialized state/);
+    await expect(readAll(fromType((p) => p.int(3)))).rejects.toThrow(/not a dict of attributes/);
+    await expect(readAll(fromType((p) => p.dict().str("data").raw(0x4e).setitem()))).rejects.toThrow(/sets its data/);
+  });
+
   it("torch-tensor-as-metadata: a tensor as a rebuild function's metadata argument is refused (torch tests its truth)", async () => {
     for (const metadata of [(p: Pickle) => p.tensor(W), (p: Pickle) => p.global("torch.nn.parameter", "Parameter").raw(0x29).reduce()]) {
       await expect(readAll(torchZip(statePickle({ w: { ...W, metadata } }), { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(/metadata argument .* is a tensor/);
