@@ -336,6 +336,9 @@ function hasDuplicateNames(v: ReferenceVerdict): boolean {
 
 const isZip = (bytes: Uint8Array): boolean => bytes[0] === 0x50 && bytes[1] === 0x4b;
 /** Whether the archive's first local header names an `.npy` member (the content that makes a file npz). */
+/** The npy magic: `\x93NUMPY`. */
+const isNpy = (bytes: Uint8Array): boolean =>
+  bytes.byteLength >= 6 && bytes[0] === 0x93 && bytes[1] === 0x4e && bytes[2] === 0x55 && bytes[3] === 0x4d && bytes[4] === 0x50 && bytes[5] === 0x59;
 const firstMemberIsNpy = (bytes: Uint8Array): boolean => {
   if (bytes.byteLength < 30 || bytes[2] !== 0x03 || bytes[3] !== 0x04) return false;
   const length = bytes[26]! | (bytes[27]! << 8);
@@ -560,12 +563,13 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
     id: "torch-extension-npz-content",
     formats: ["torch"],
     summary:
-      "a .pt/.bin zip whose first member is an .npy (and that also holds checkpoint records elsewhere): the content decides and we read it as npz, as np.load does; torch refuses it ('not in a subdirectory', or miniz's own refusal of a zip detail that zipfile reads)",
+      "a .pt/.bin file that is an .npy, or a zip whose first member is an .npy (and that also holds checkpoint records elsewhere): the content decides and we read it as npy or npz, as np.load does; torch refuses it ('not in a subdirectory', miniz's own refusal of a zip detail that zipfile reads, or its legacy loader's)",
     reason: "the torch extensions are shared by other files (.bin above all), so content decides; np.load reads this file and we read the same arrays it reads",
     matches: (c) =>
-      isZip(c.bytes) &&
-      (referenceRefuses(c, /not in a subdirectory: [^/]*\.npy$/) ||
-        (referenceRefuses(c, /PytorchStreamReader failed reading zip archive|not in a subdirectory/) && firstMemberIsNpy(c.bytes))),
+      (isNpy(c.bytes) && referenceRefuses(c, /./)) ||
+      (isZip(c.bytes) &&
+        (referenceRefuses(c, /not in a subdirectory: [^/]*\.npy$/) ||
+          (referenceRefuses(c, /PytorchStreamReader failed reading zip archive|not in a subdirectory/) && firstMemberIsNpy(c.bytes)))),
   },
   {
     id: "torch-directory-record",
