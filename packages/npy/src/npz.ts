@@ -125,9 +125,10 @@ export async function readNpz(input: ByteInput, options: NpzReadOptions = {}): P
   try {
     const codec = await loadCodec(options.codec === "fflate" ? "fflate" : undefined);
     const directory = await readArchive(source, options);
-    const comment = parseComment(directory.comment);
     const declarations = declarationsOf(options.dtypes);
+    // The container before its comment: a member whose records lie is refused as such, whatever the comment says.
     const members = await locateMembers(source, directory, options);
+    const comment = parseComment(directory.comment);
     const shared = { ...options, declarations, file: source.name };
     const optionsFor = (name: string) => {
       const recorded = comment?.dtypes[name];

@@ -80,6 +80,11 @@ const hostileNpz: [string, Uint8Array, string][] = [
   ["a central directory entry pointing at a zip64 offset of 2^52", zipOf([member({ headerOffset: 2 ** 52 })]), "BadZipFile"],
   ["a central directory entry pointing into the data", zipOf([member({ headerOffset: 40 })]), "BadZipFile"],
   ["names that differ between the directory and the local header", zipOf([member({ localName: "b.npy" })]), "BadZipFile"],
+  [
+    "container-before-comment: a local header that names another member, beside a malformed st-convert comment (the container is judged first)",
+    zipOf([member({ localName: "b.npy" })], { comment: new TextEncoder().encode('{"format":"st-convert.npz","version":2,"metadata":null,"dtypes":{}}') }),
+    "BadZipFile",
+  ],
   ["a truncated zip64 extra field", zipOf([member({ size: 0xffffffff, extra: Uint8Array.of(1, 0, 4, 0, 0, 0, 0, 0) })]), "BadZipFile"],
   ["an extra field longer than its entry", zipOf([member({ extra: Uint8Array.of(9, 9, 200, 0) })]), "BadZipFile"],
   ["two entries sharing one local header (overlap)", zipOf([member(), member({ name: "b.npy", localName: "b.npy", headerOffset: 0 })]), "BadZipFile"],
