@@ -65,7 +65,8 @@ export const npzFormat: TensorFormat = {
     if (head.byteLength < 30) return true;
     const nameLength = head[26]! | (head[27]! << 8);
     if (30 + nameLength > head.byteLength) return true;
-    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength));
+    // Cut at NUL, as zipfile names a member: a name that only ends in .npy past a NUL is not an array's.
+    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength)).split("\0")[0]!;
     return name.endsWith(".npy");
   },
   async open(source, context) {

@@ -18,7 +18,8 @@ export function sniffTorch(head: Uint8Array): boolean {
     if (head.byteLength < 30) return false;
     const nameLength = head[26]! | (head[27]! << 8);
     if (30 + nameLength > head.byteLength) return false;
-    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength));
+    // Cut at NUL, as the npz sniff does, so that the two never both claim a file.
+    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength)).split("\0")[0]!;
     return name === "data.pkl" || name.endsWith("/data.pkl");
   }
   if (head[0] === 0x80 && head.byteLength >= 2) {

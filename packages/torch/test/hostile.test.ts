@@ -9,8 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readTensorBytes } from "@st-convert/core";
-import { THREAD_CRC_FROM } from "@st-convert/npy";
-import { readTorch, unpickle } from "@st-convert/torch";
+import { THREAD_CRC_FROM, npzFormat } from "@st-convert/npy";
+import { readTorch, sniffTorch, unpickle } from "@st-convert/torch";
 import { errorCode } from "@st-convert/testing";
 import { Pickle, type ZipMemberSpec, f32, statePickle, torchZip, withZip64End, zip } from "./build.js";
 
@@ -528,6 +528,13 @@ describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () 
     await expect(readAll(fromType((p) => p.raw(0x4e).raw(0x4e).raw(0x4e).raw(0x87)))).rejects.toThrow(/Invalid serialized state/);
     await expect(readAll(fromType((p) => p.int(3)))).rejects.toThrow(/not a dict of attributes/);
     await expect(readAll(fromType((p) => p.dict().str("data").raw(0x4e).setitem()))).rejects.toThrow(/sets its data/);
+  });
+
+  it("sniff-name-cut-at-nul: npz and torch sniff the first name as zipfile names it, cut at NUL, so they never both claim a file", () => {
+    const head = (name: string) => zip([{ name, data: f32(1) }]);
+    expect([sniffTorch(head("a/data.pkl\0.npy")), npzFormat.sniff!(head("a/data.pkl\0.npy"))]).toEqual([true, false]);
+    expect([sniffTorch(head("a/version\0.npy")), npzFormat.sniff!(head("a/version\0.npy"))]).toEqual([false, false]);
+    expect([sniffTorch(head("w.npy")), npzFormat.sniff!(head("w.npy"))]).toEqual([false, true]);
   });
 
   it("torch-tensor-as-metadata: a tensor as a rebuild function's metadata argument is refused (torch tests its truth)", async () => {
