@@ -51,6 +51,18 @@ export const npyFormat: TensorFormat = {
 };
 
 /** The `.npz` format, as registered with the `st-convert` command. */
+/**
+ * The name the first local header of a zip gives its member, cut at NUL as zipfile names a member
+ * (so that a name ending in .npy only past a NUL is no array's); undefined when the header or the
+ * name is not all in `head`. The npz and torch sniffs both judge a zip by it.
+ */
+export function firstZipMemberName(head: Uint8Array): string | undefined {
+  if (head.byteLength < 30) return undefined;
+  const nameLength = head[26]! | (head[27]! << 8);
+  if (30 + nameLength > head.byteLength) return undefined;
+  return String.fromCharCode(...head.subarray(30, 30 + nameLength)).split("\0")[0]!;
+}
+
 export const npzFormat: TensorFormat = {
   name: "npz",
   description: "NumPy .npz: a zip of .npy arrays (stored or deflated, ZIP64); metadata kept in the archive comment",
@@ -62,12 +74,8 @@ export const npzFormat: TensorFormat = {
   sniff(head) {
     // Any zip starts with PK\3\4; numpy names every member *.npy, so the first name tells when it is visible.
     if (head.byteLength < 4 || head[0] !== 0x50 || head[1] !== 0x4b || head[2] !== 3 || head[3] !== 4) return false;
-    if (head.byteLength < 30) return true;
-    const nameLength = head[26]! | (head[27]! << 8);
-    if (30 + nameLength > head.byteLength) return true;
-    // Cut at NUL, as zipfile names a member: a name that only ends in .npy past a NUL is not an array's.
-    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength)).split("\0")[0]!;
-    return name.endsWith(".npy");
+    const name = firstZipMemberName(head);
+    return name === undefined || name.endsWith(".npy");
   },
   async open(source, context) {
     const { readNpz } = await import("./npz.js");

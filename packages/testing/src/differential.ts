@@ -335,10 +335,10 @@ function hasDuplicateNames(v: ReferenceVerdict): boolean {
 }
 
 const isZip = (bytes: Uint8Array): boolean => bytes[0] === 0x50 && bytes[1] === 0x4b;
-/** Whether the archive's first local header names an `.npy` member (the content that makes a file npz). */
 /** The npy magic: `\x93NUMPY`. */
 const isNpy = (bytes: Uint8Array): boolean =>
   bytes.byteLength >= 6 && bytes[0] === 0x93 && bytes[1] === 0x4e && bytes[2] === 0x55 && bytes[3] === 0x4d && bytes[4] === 0x50 && bytes[5] === 0x59;
+/** Whether the archive's first local header names an `.npy` member (the content that makes a file npz). */
 const firstMemberIsNpy = (bytes: Uint8Array): boolean => {
   if (bytes.byteLength < 30 || bytes[2] !== 0x03 || bytes[3] !== 0x04) return false;
   const length = bytes[26]! | (bytes[27]! << 8);

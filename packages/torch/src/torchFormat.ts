@@ -4,6 +4,7 @@
  * package's `./format` entry point.
  */
 import { StConvertError, type TensorFormat, fileStem, stringOption } from "@st-convert/core";
+import { firstZipMemberName } from "@st-convert/npy/format";
 
 /** `8a 0a` + the legacy magic number's bytes (LONG1 of `0x1950a86a20f9469cfc6c`). */
 const MAGIC_LONG = [0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
@@ -15,12 +16,9 @@ const MAGIC_LONG = [0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 
  */
 export function sniffTorch(head: Uint8Array): boolean {
   if (head[0] === 0x50 && head[1] === 0x4b && head[2] === 3 && head[3] === 4) {
-    if (head.byteLength < 30) return false;
-    const nameLength = head[26]! | (head[27]! << 8);
-    if (30 + nameLength > head.byteLength) return false;
-    // Cut at NUL, as the npz sniff does, so that the two never both claim a file.
-    const name = String.fromCharCode(...head.subarray(30, 30 + nameLength)).split("\0")[0]!;
-    return name === "data.pkl" || name.endsWith("/data.pkl");
+    // The name as the npz sniff reads it, so that the two never both claim a file.
+    const name = firstZipMemberName(head);
+    return name !== undefined && (name === "data.pkl" || name.endsWith("/data.pkl"));
   }
   if (head[0] === 0x80 && head.byteLength >= 2) {
     const at = head[1]! >= 4 && head[2] === 0x95 ? 11 : 2;

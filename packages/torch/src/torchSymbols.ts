@@ -453,7 +453,7 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
       const tensor = asTorch(data);
       if (tensor?.kind !== "tensor") invalid(`${symbol} is given ${describeValue(data)}, not a tensor`);
       checkRequiresGrad(args.items[1], tensor.dtype, symbol);
-      return native({ ...tensor, pythonType: "Parameter" });
+      return typed(data, "Parameter");
     }
     if (callee.module === "torch" && (STORAGE_CLASSES.has(callee.name) || TORCH_DTYPES.has(callee.name))) {
       // torch.load gives these as a StorageType or a torch.dtype, neither callable ("is not callable").
@@ -482,8 +482,8 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
         );
       }
       checkObjectState(args.items[3]!);
-      if (typeName === "torch.nn.parameter.Parameter") return native({ ...(asTorch(tensor) as TensorRef), pythonType: "Parameter" });
-      if (typeName === "torch.nn.parameter.Buffer") return native({ ...(asTorch(tensor) as TensorRef), pythonType: "subclass" });
+      if (typeName === "torch.nn.parameter.Parameter") return typed(tensor, "Parameter");
+      if (typeName === "torch.nn.parameter.Buffer") return typed(tensor, "subclass");
       return tensor;
     }
     if (symbol === "collections.OrderedDict") {
@@ -496,6 +496,11 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
     }
     return undefined;
   }
+}
+
+/** The same tensor as torch.load would give it, as a Parameter or another subclass. */
+function typed(tensor: PickleValue, pythonType: TensorRef["pythonType"]): PickleValue {
+  return native({ ...(asTorch(tensor) as TensorRef), pythonType });
 }
 
 function unpicklingError(rule: string): never {
