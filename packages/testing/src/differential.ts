@@ -563,13 +563,13 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
     id: "torch-extension-npz-content",
     formats: ["torch"],
     summary:
-      "a .pt/.bin file that is an .npy, or a zip whose first member is an .npy (and that also holds checkpoint records elsewhere): the content decides and we read it as npy or npz, as np.load does; torch refuses it ('not in a subdirectory', miniz's own refusal of a zip detail that zipfile reads, or its legacy loader's)",
+      "a .pt/.bin file that is an .npy, or a zip whose first member is an .npy (and that also holds checkpoint records elsewhere): the content decides and we read it as npy or npz, as np.load does; torch refuses it ('not in a subdirectory'; no version record in the .npy's folder, which torch takes as the archive's root; miniz's own refusal of a zip detail that zipfile reads; or its legacy loader's)",
     reason: "the torch extensions are shared by other files (.bin above all), so content decides; np.load reads this file and we read the same arrays it reads",
     matches: (c) =>
       (isNpy(c.bytes) && referenceRefuses(c, /./)) ||
       (isZip(c.bytes) &&
         (referenceRefuses(c, /not in a subdirectory: [^/]*\.npy$/) ||
-          (referenceRefuses(c, /PytorchStreamReader failed reading zip archive|not in a subdirectory/) && firstMemberIsNpy(c.bytes)))),
+          (referenceRefuses(c, /PytorchStreamReader failed reading zip archive|not in a subdirectory|hasRecord\("version"\)/) && firstMemberIsNpy(c.bytes)))),
   },
   {
     id: "torch-directory-record",

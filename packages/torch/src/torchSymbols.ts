@@ -296,7 +296,11 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   const stride = givenStride === undefined || givenStride.length === 0 ? contiguousStrides(size) : givenStride;
   if (size.length !== stride.length) invalid(`size has ${size.length} dimensions but stride has ${stride.length}`);
   let tensorDtype = storage.dtype;
-  if (name === "_rebuild_tensor_v3") {
+  if (name === "_rebuild_tensor_v3" && a[6] === null) {
+    // torch.empty((0,), dtype=None) takes torch's default dtype, float32 unless a program changed
+    // it: torch.save never writes None here, and torch.load in a fresh process reads float32.
+    tensorDtype = TORCH_DTYPES.get("float32")!;
+  } else if (name === "_rebuild_tensor_v3") {
     const d = a[6]!;
     if (!isGlobal(d, "torch")) invalid(`the dtype of ${where} is ${describeValue(d)}, not a torch dtype`);
     const found = TORCH_DTYPES.get((d as PyGlobal).name);
@@ -455,6 +459,7 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
       checkRequiresGrad(args.items[1], tensor.dtype, symbol);
       return typed(data, "Parameter");
     }
+    if (symbol === "torch.nn.parameter.Parameter") return callParameter(args);
     if (callee.module === "torch" && (STORAGE_CLASSES.has(callee.name) || TORCH_DTYPES.has(callee.name))) {
       // torch.load gives these as a StorageType or a torch.dtype, neither callable ("is not callable").
       throw new StConvertError(
@@ -496,6 +501,25 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
     }
     return undefined;
   }
+}
+
+/**
+ * `Parameter(data=None, requires_grad=True)` called by `REDUCE`, as `Parameter.__new__` takes it:
+ * at most two arguments, a tensor as `data` (its bytes, now a Parameter) and a bool, True by
+ * default, which only a floating or complex tensor may be. Without data torch makes an empty
+ * tensor of no storage, which stays an opaque value here (skipped with a warning).
+ */
+function callParameter(args: PyTuple): PickleValue | undefined {
+  const symbol = "torch.nn.parameter.Parameter";
+  const n = args.items.length;
+  if (n > 2)
+    unpicklingError(`${symbol} is called with ${n} arguments; torch: "Parameter.__new__() takes from 1 to 3 positional arguments but ${n + 1} were given"`);
+  const data = args.items[0] ?? null;
+  if (data === null) return undefined;
+  const tensor = asTorch(data);
+  if (tensor?.kind !== "tensor") unpicklingError(`${symbol} is given ${describeValue(data)}, not a tensor; torch: "object has no attribute 'detach'"`);
+  checkRequiresGrad(n === 2 ? args.items[1] : true, tensor.dtype, symbol);
+  return typed(data, tensor.pythonType === "subclass" ? "subclass" : "Parameter");
 }
 
 /** The same tensor as torch.load would give it, as a Parameter or another subclass. */

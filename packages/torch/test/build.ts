@@ -66,7 +66,8 @@ export class Pickle {
     offset?: number;
     size: readonly number[];
     stride: readonly number[];
-    v3?: string;
+    /** A v3 rebuild with this dtype (`torch.<name>`), or None for null. */
+    v3?: string | null;
     /** Pushes the optional last argument, tensor metadata. */
     metadata?: (p: Pickle) => Pickle;
   }): this {
@@ -82,7 +83,8 @@ export class Pickle {
       .global("collections", "OrderedDict")
       .raw(0x29)
       .reduce();
-    if (t.v3 !== undefined) this.global("torch", t.v3);
+    if (t.v3 === null) this.raw(0x4e);
+    else if (t.v3 !== undefined) this.global("torch", t.v3);
     t.metadata?.(this);
     return this.tuple().reduce();
   }

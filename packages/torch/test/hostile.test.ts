@@ -437,6 +437,38 @@ describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () 
     await expect(read([1])).rejects.toThrow(/size has 2 dimensions but stride has 1/);
   });
 
+  it("v3-dtype-none: _rebuild_tensor_v3 with dtype None is a tensor of torch's default dtype, float32, as torch.empty(dtype=None) makes it", async () => {
+    const read = async (v3: string | null) => {
+      const file = await readAll(torchZip(statePickle({ w: { key: "0", numel: 8, size: [2], stride: [1], v3 } }), { "0": f32(1.5, -2) }));
+      return [file.tensors[0]!.dtype, file.tensors[0]!.shape, [...(await readTensorBytes(file.tensors[0]!))]];
+    };
+    expect(await read(null)).toEqual(["F32", [2], [...f32(1.5, -2)]]);
+    expect(await read(null)).toEqual(await read("float32"));
+    expect((await read("int32"))[0]).toBe("I32");
+  });
+
+  it("parameter-called: Parameter(data, requires_grad) by REDUCE is the tensor as a Parameter; what Parameter.__new__ refuses is refused", async () => {
+    // {"w": Parameter(*args)}, args pushed by `args` between MARK and TUPLE.
+    const called = (args: (p: Pickle) => Pickle, cls?: string) => {
+      const p = new Pickle().proto().dict().str("w").global("torch.nn.parameter", "Parameter").mark();
+      const t = cls === undefined ? W : { ...W, cls };
+      return torchZip(args(p.tensor(t)).tuple().reduce().setitem().stop().bytes(), { "0": f32(1, 2, 3, 4) });
+    };
+    const file = await readAll(called((p) => p));
+    expect(file.tensors.map((t) => [t.name, t.dtype, t.shape])).toEqual([["w", "F32", [4]]]);
+    expect([...(await readTensorBytes(file.tensors[0]!))]).toEqual([...f32(1, 2, 3, 4)]);
+    expect(await names(called((p) => p.raw(0x89)))).toEqual(["w"]);
+    expect(await names(called((p) => p.raw(0x89), "IntStorage"))).toEqual(["w"]);
+    await expect(readAll(called((p) => p.raw(0x89).int(0)))).rejects.toThrow(/called with 3 arguments; torch: "Parameter.__new__\(\) takes from 1 to 3/);
+    await expect(readAll(called((p) => p, "IntStorage"))).rejects.toThrow(/requires_grad is True on a int32 tensor/);
+    await expect(readAll(called((p) => p.int(1)))).rejects.toThrow(/requires_grad is an int, not a bool/);
+    const notTensor = torchZip(
+      new Pickle().proto().dict().str("w").global("torch.nn.parameter", "Parameter").mark().int(3).tuple().reduce().setitem().stop().bytes(),
+      {},
+    );
+    await expect(readAll(notTensor)).rejects.toThrow(/Parameter is given an int, not a tensor/);
+  });
+
   it("view-checked-when-built: a view past its storage is refused as torch builds it, even one the pickle then leaves out of its result", async () => {
     const storages = { "0": f32(1, 2, 3, 4), "1": f32(5, 6) };
     const bad = { key: "1", numel: 2, size: [2], stride: [3] };
