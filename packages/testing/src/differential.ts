@@ -563,13 +563,15 @@ export const KNOWN_DIFFERENCES: readonly KnownDifference[] = [
     id: "torch-extension-npz-content",
     formats: ["torch"],
     summary:
-      "a .pt/.bin file that is an .npy, or a zip whose first member is an .npy (and that also holds checkpoint records elsewhere): the content decides and we read it as npy or npz, as np.load does; torch refuses it ('not in a subdirectory'; no version record in the .npy's folder, which torch takes as the archive's root; miniz's own refusal of a zip detail that zipfile reads; or its legacy loader's)",
-    reason: "the torch extensions are shared by other files (.bin above all), so content decides; np.load reads this file and we read the same arrays it reads",
+      "a .pt/.bin file that is an .npy, or a zip whose first member is an .npy (and that also holds checkpoint records elsewhere): the content decides and we read it as npy or npz, as np.load does; torch refuses it ('not in a subdirectory'; no version record in the .npy's folder, which torch takes as the archive's root; miniz's own refusal of a zip detail that zipfile reads; or its legacy loader's), or reads the checkpoint records beside it while we refuse the file by the npz reader's rules",
+    reason:
+      "the torch extensions are shared by other files (.bin above all), so content decides; we read this file as an npz, by the npz reader's rules (the arrays np.load reads, and its documented differences)",
     matches: (c) =>
       (isNpy(c.bytes) && referenceRefuses(c, /./)) ||
       (isZip(c.bytes) &&
         (referenceRefuses(c, /not in a subdirectory: [^/]*\.npy$/) ||
-          (referenceRefuses(c, /PytorchStreamReader failed reading zip archive|not in a subdirectory|hasRecord\("version"\)/) && firstMemberIsNpy(c.bytes)))),
+          (referenceRefuses(c, /PytorchStreamReader failed reading zip archive|not in a subdirectory|hasRecord\("version"\)/) && firstMemberIsNpy(c.bytes)) ||
+          (referenceAccepts(c) && !c.ours.ok && firstMemberIsNpy(c.bytes)))),
   },
   {
     id: "torch-directory-record",
