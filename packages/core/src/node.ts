@@ -482,31 +482,24 @@ function keepOwnerAndMode(fd: number, existing: Stats): void {
 }
 
 /**
- * Moves the finished temporary file to the target, deciding on what is there now: nothing (a hard
- * link, which fails if a file appears meanwhile), a regular file (renamed over, with `force`), or
- * anything else (refused: a directory, a link or a device that appeared while converting is never
- * replaced).
+ * Moves the finished temporary file to the target, deciding on what is there now: anything but a
+ * regular file is refused (a directory, a link or a device that appeared while converting is never
+ * replaced); with `force`, a rename over whatever regular file or nothing is there; without, a hard
+ * link, which fails if a file appears meanwhile.
  */
 async function putInPlace(tempPath: string, targetPath: string, name: string, force: boolean): Promise<void> {
-  for (let attempt = 0; ; attempt++) {
-    const now = lstatSync(targetPath, { throwIfNoEntry: false });
-    if (now === undefined) {
-      try {
-        await linkIntoPlace(tempPath, targetPath, name);
-        return;
-      } catch (error) {
-        // With force, a regular file that appeared between the check and the link is replaced.
-        if (force && attempt === 0 && isStConvertError(error) && error.code === "OutputExists") continue;
-        throw error;
-      }
-    }
-    if (!now.isFile()) {
-      throw new StConvertError("Io", `${targetPath} became another kind of file while converting; it was left untouched`, { file: name });
-    }
-    if (!force) throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: name });
+  const now = lstatSync(targetPath, { throwIfNoEntry: false });
+  if (now !== undefined && !now.isFile()) {
+    throw new StConvertError("Io", `${targetPath} became another kind of file while converting; it was left untouched`, { file: name });
+  }
+  if (force) {
+    // Nothing there or a regular file: one rename either way (a folder of thousands of small
+    // outputs pays for each directory operation, and a link and an unlink are two).
     renameSync(tempPath, targetPath);
     return;
   }
+  if (now !== undefined) throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: name });
+  await linkIntoPlace(tempPath, targetPath, name);
 }
 
 /** Moves the temporary file to the target only if no file is there (link fails with EEXIST). */
