@@ -112,3 +112,19 @@ export function fileStem(path: string | undefined): string | undefined {
   const stem = dot > 0 ? base.slice(0, dot) : base;
   return stem === "" ? undefined : stem;
 }
+
+/**
+ * A format's reader or writer module, loaded on first use (a command that touches no file of the
+ * format does not pay for it) and then kept: `import()` of a module already loaded still costs
+ * ~8 µs, felt over a folder of thousands of small files. A failed load is tried again next time.
+ */
+export function lazyModule<T>(load: () => Promise<T>): () => Promise<T> {
+  let loaded: Promise<T> | undefined;
+  return () => {
+    loaded ??= load().catch((error: unknown) => {
+      loaded = undefined;
+      throw error;
+    });
+    return loaded;
+  };
+}

@@ -81,7 +81,16 @@ export {
   readSafetensorsIndex,
   safetensorsIndexFormat,
 } from "./safetensorsIndex.js";
-export { type FormatContext, type FormatOption, type FormatOptionValues, type TensorFormat, fileStem, stringListOption, stringOption } from "./TensorFormat.js";
+export {
+  type FormatContext,
+  type FormatOption,
+  type FormatOptionValues,
+  type TensorFormat,
+  fileStem,
+  lazyModule,
+  stringListOption,
+  stringOption,
+} from "./TensorFormat.js";
 export { LITTLE_ENDIAN, swapBytesInPlace, swapBytesPortable } from "./swapBytes.js";
 export {
   type CastKernel,

@@ -3,7 +3,11 @@
  * recognised, and the reader and writer behind it (loaded on first use). Also the package's
  * `./format` entry point.
  */
-import { type TensorFormat, fileStem, stringOption } from "@st-convert/core";
+import { type TensorFormat, fileStem, lazyModule, stringOption } from "@st-convert/core";
+
+/** Loaded on first use, then kept. */
+const readerModule = lazyModule(() => import("./readFlax.js"));
+const writerModule = lazyModule(() => import("./writeFlax.js"));
 
 /** How many bytes a msgpack token at `at` takes, whether it opens a container, or why it cannot be read. */
 type Token = { size: number; open?: { map: boolean; count: number }; str?: number } | "invalid" | "partial";
@@ -136,7 +140,7 @@ export const flaxFormat: TensorFormat = {
   sniff: sniffFlax,
   // The reader and writer load on first use: a command that touches no flax file does not pay for them.
   async open(source, context) {
-    const { readFlax } = await import("./readFlax.js");
+    const { readFlax } = await readerModule();
     return readFlax(source, {
       sep: stringOption(context.options, "sep"),
       keepScalars: context.options["keep-scalars"] === true,
@@ -145,7 +149,7 @@ export const flaxFormat: TensorFormat = {
     });
   },
   async write(tensors, sink, context) {
-    const { writeFlax } = await import("./writeFlax.js");
+    const { writeFlax } = await writerModule();
     await writeFlax(tensors, sink, { sep: stringOption(context.options, "sep"), onWarning: context.onWarning });
   },
 };

@@ -2,7 +2,10 @@
  * The JSON form as registered with the `st-convert` command: its option and how it is recognised,
  * the reader and writer behind it loaded on first use. Also the package's `./format` entry point.
  */
-import type { TensorFormat } from "@st-convert/core";
+import { type TensorFormat, lazyModule } from "@st-convert/core";
+
+/** Loaded on first use, then kept. */
+const tensorJsonModule = lazyModule(() => import("./tensorJson.js"));
 
 const TENSOR_FIELDS = new Set(["dtype", "shape", "data", "data_base64"]);
 
@@ -62,11 +65,11 @@ export const jsonFormat: TensorFormat = {
   sniff: sniffTensorJson,
   // The reader and writer load on first use: a command that touches no JSON file does not pay for them.
   async open(source) {
-    const { readTensorJson } = await import("./tensorJson.js");
+    const { readTensorJson } = await tensorJsonModule();
     return readTensorJson(source);
   },
   async write(tensors, sink, context) {
-    const { writeTensorJson } = await import("./tensorJson.js");
+    const { writeTensorJson } = await tensorJsonModule();
     await writeTensorJson(tensors, sink, { base64: context.options.base64 === true, onWarning: context.onWarning });
   },
 };

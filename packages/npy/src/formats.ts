@@ -3,7 +3,11 @@
  * content sniffing here, the readers and writers loaded on first use, so that a command that
  * touches no NumPy file does not pay for loading them. Also the package's `./format` entry point.
  */
-import { type TensorFormat, fileStem, stringListOption, stringOption } from "@st-convert/core";
+import { type TensorFormat, fileStem, lazyModule, stringListOption, stringOption } from "@st-convert/core";
+
+/** Loaded on first use, then kept. */
+const npyModule = lazyModule(() => import("./npy.js"));
+const npzModule = lazyModule(() => import("./npz.js"));
 
 /** The `--dtype` option, shared by npy and npz. */
 export const DTYPE_OPTION = {
@@ -36,7 +40,7 @@ export const npyFormat: TensorFormat = {
   ],
   sniff: (head) => MAGIC.every((b, i) => head[i] === b),
   async open(source, context) {
-    const { readNpy } = await import("./npy.js");
+    const { readNpy } = await npyModule();
     return readNpy(source, {
       // Else readNpy names it after the source, else "arr_0".
       name: stringOption(context.options, "name") ?? fileStem(context.fileName),
@@ -45,7 +49,7 @@ export const npyFormat: TensorFormat = {
     });
   },
   async write(tensors, sink, context) {
-    const { writeNpy } = await import("./npy.js");
+    const { writeNpy } = await npyModule();
     await writeNpy(tensors, sink, { onWarning: context.onWarning });
   },
 };
@@ -78,7 +82,7 @@ export const npzFormat: TensorFormat = {
     return name === undefined || name.endsWith(".npy");
   },
   async open(source, context) {
-    const { readNpz } = await import("./npz.js");
+    const { readNpz } = await npzModule();
     return readNpz(source, {
       dtypes: stringListOption(context.options, "dtype"),
       onWarning: context.onWarning,
@@ -87,7 +91,7 @@ export const npzFormat: TensorFormat = {
     });
   },
   async write(tensors, sink, context) {
-    const { writeNpz } = await import("./npz.js");
+    const { writeNpz } = await npzModule();
     await writeNpz(tensors, sink, { compress: context.options.compress === true });
   },
 };

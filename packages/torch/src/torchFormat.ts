@@ -3,8 +3,13 @@
  * recognised, its options, and the reader and writer behind it (loaded on first use). Also the
  * package's `./format` entry point.
  */
-import { StConvertError, type TensorFormat, fileStem, stringOption } from "@st-convert/core";
+import { StConvertError, type TensorFormat, fileStem, lazyModule, stringOption } from "@st-convert/core";
 import { firstZipMemberName } from "@st-convert/npy/format";
+
+/** Loaded on first use, then kept. */
+const readerModule = lazyModule(() => import("./readTorch.js"));
+const writerModule = lazyModule(() => import("./writeTorch.js"));
+const indexModule = lazyModule(() => import("./readTorchIndex.js"));
 
 /** `8a 0a` + the legacy magic number's bytes (LONG1 of `0x1950a86a20f9469cfc6c`). */
 const MAGIC_LONG = [0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
@@ -50,11 +55,11 @@ export const torchFormat: TensorFormat = {
   sniff: sniffTorch,
   // The reader and writer load on first use: a command that touches no checkpoint does not pay for them.
   async open(source, context) {
-    const { readTorch } = await import("./readTorch.js");
+    const { readTorch } = await readerModule();
     return readTorch(source, { key: stringOption(context.options, "key"), onWarning: context.onWarning, rootName: fileStem(context.fileName) });
   },
   async write(tensors, sink, context) {
-    const { writeTorch } = await import("./writeTorch.js");
+    const { writeTorch } = await writerModule();
     await writeTorch(tensors, sink, { onWarning: context.onWarning, rootFolder: fileStem(context.fileName) });
   },
 };
@@ -69,7 +74,7 @@ export const torchIndexFormat: TensorFormat = {
     if (context.openSibling === undefined) {
       throw new StConvertError("InvalidArgument", "a sharded checkpoint's shards cannot be opened here (no openSibling in the context)", { file: source.name });
     }
-    const { readTorchIndex } = await import("./readTorchIndex.js");
+    const { readTorchIndex } = await indexModule();
     return readTorchIndex(source, context.openSibling, { onWarning: context.onWarning });
   },
   async write() {
