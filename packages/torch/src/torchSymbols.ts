@@ -309,7 +309,9 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
     }
     tensorDtype = found;
   }
-  if (name !== "_rebuild_tensor") checkRequiresGrad(a[4], tensorDtype, where);
+  // v3 passes it to torch.empty(requires_grad=…), whose argument parser takes None as the default,
+  // False; v2 assigns it to tensor.requires_grad, which takes a bool only.
+  if (name !== "_rebuild_tensor") checkRequiresGrad(name === "_rebuild_tensor_v3" && a[4] === null ? false : a[4], tensorDtype, where);
   // The optional last argument, tensor metadata: torch sets it when it is true in Python's sense,
   // and asserts that it is a dict.
   const metadata = name === "_rebuild_tensor_v2" ? a[6] : name === "_rebuild_tensor_v3" ? a[7] : undefined;

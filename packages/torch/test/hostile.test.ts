@@ -447,6 +447,36 @@ describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () 
     expect((await read("int32"))[0]).toBe("I32");
   });
 
+  it("v3-requires-grad-none: _rebuild_tensor_v3 takes requires_grad None as False (torch.empty's default); v2 refuses it", async () => {
+    const withGrad = (v3: string | undefined, push: (p: Pickle) => Pickle) => {
+      const p = new Pickle()
+        .proto()
+        .dict()
+        .str("w")
+        .global("torch._utils", v3 === undefined ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3")
+        .mark();
+      p.mark()
+        .str("storage")
+        .global(v3 === undefined ? "torch" : "torch.storage", v3 === undefined ? "IntStorage" : "UntypedStorage");
+      p.str("0")
+        .str("cpu")
+        .int(v3 === undefined ? 2 : 8)
+        .tuple()
+        .raw(0x51)
+        .int(0)
+        .ints([2])
+        .ints([1]);
+      push(p).global("collections", "OrderedDict").raw(0x29).reduce();
+      if (v3 !== undefined) p.global("torch", v3);
+      return torchZip(p.tuple().reduce().setitem().stop().bytes(), { "0": f32(1, 2) });
+    };
+    expect((await readAll(withGrad("int32", (p) => p.raw(0x4e)))).tensors.map((t) => t.dtype)).toEqual(["I32"]);
+    expect(await names(withGrad("int32", (p) => p.raw(0x89)))).toEqual(["w"]);
+    await expect(readAll(withGrad("int32", (p) => p.raw(0x88)))).rejects.toThrow(/requires_grad is True on a int32 tensor/);
+    await expect(readAll(withGrad("int32", (p) => p.int(0)))).rejects.toThrow(/requires_grad is an int, not a bool/);
+    await expect(readAll(withGrad(undefined, (p) => p.raw(0x4e)))).rejects.toThrow(/requires_grad is None, not a bool/);
+  });
+
   it("parameter-called: Parameter(data, requires_grad) by REDUCE is the tensor as a Parameter; what Parameter.__new__ refuses is refused", async () => {
     // {"w": Parameter(*args)}, args pushed by `args` between MARK and TUPLE.
     const called = (args: (p: Pickle) => Pickle, cls?: string) => {
