@@ -247,6 +247,18 @@ export async function readZipDirectory(source: ByteSource, options: ZipReadOptio
     const originalName = decodeName(directory.subarray(p + CENTRAL_SIZE, p + CENTRAL_SIZE + nameLength), flags, miniz);
     const nul = miniz ? -1 : originalName.indexOf("\0");
     const name = nul < 0 ? originalName : originalName.slice(0, nul);
+    // miniz judges every entry's 32-bit sizes as it opens the archive, extracted or not: data of no
+    // bytes that inflates to some, or (its method and time read as one 32-bit zero) a stored
+    // entry whose two sizes differ.
+    if (miniz && compressedSize !== 0xffffffff && size !== 0xffffffff) {
+      if (size !== 0 && compressedSize === 0)
+        bad(`member ${JSON.stringify(originalName)} declares ${size} bytes from 0 compressed ones; torch (miniz): "invalid header or archive is corrupted"`);
+      if (dv.getUint32(p + 10, true) === 0 && size !== compressedSize) {
+        bad(
+          `member ${JSON.stringify(originalName)} is stored with ${compressedSize} bytes but declares ${size}; torch (miniz): "invalid header or archive is corrupted"`,
+        );
+      }
+    }
     // miniz takes a member's disk to be 0 or 1 (some writers count from 1); any other is another disk.
     const disk = dv.getUint16(p + 34, true);
     if (miniz && disk !== 0 && disk !== 1) bad(`member ${JSON.stringify(name)} starts on disk ${disk}: zip files that span multiple disks are not supported`);

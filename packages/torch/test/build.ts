@@ -130,6 +130,10 @@ export interface ZipMemberSpec {
   deflate?: boolean;
   /** The uncompressed size the archive records instead of the real one. */
   size?: number;
+  /** The compressed size the archive records instead of the real one. */
+  compressedSize?: number;
+  /** The modification time field (MS-DOS time; default 0). */
+  time?: number;
   /** The directory entry's external attributes (0x10: MS-DOS's directory attribute). */
   externalAttributes?: number;
 }
@@ -161,7 +165,8 @@ export function zip(members: readonly ZipMemberSpec[], options: ZipOptions = {})
     lv.setUint16(4, 20, true);
     lv.setUint16(8, method, true);
     lv.setUint32(14, crc, true);
-    lv.setUint32(18, stored.byteLength, true);
+    lv.setUint16(10, m.time ?? 0, true);
+    lv.setUint32(18, m.compressedSize ?? stored.byteLength, true);
     lv.setUint32(22, size, true);
     lv.setUint16(26, name.byteLength, true);
     local.set(name, 30);
@@ -173,7 +178,8 @@ export function zip(members: readonly ZipMemberSpec[], options: ZipOptions = {})
     cv.setUint16(8, m.flags ?? 0, true);
     cv.setUint16(10, method, true);
     cv.setUint32(16, crc, true);
-    cv.setUint32(20, stored.byteLength, true);
+    cv.setUint16(12, m.time ?? 0, true);
+    cv.setUint32(20, m.compressedSize ?? stored.byteLength, true);
     cv.setUint32(24, size, true);
     cv.setUint16(28, name.byteLength, true);
     cv.setUint32(38, m.externalAttributes ?? 0, true);

@@ -447,6 +447,24 @@ describe("one file, one meaning: torch's BUILD, NEWOBJ and container rules", () 
     expect((await read("int32"))[0]).toBe("I32");
   });
 
+  it("sizes-judged-at-open: miniz refuses, as it opens the archive, an entry of no compressed bytes that declares some, and a stored one whose sizes differ while its method and time read as one zero", async () => {
+    const extra = (spec: Partial<ZipMemberSpec>) =>
+      zip([
+        { name: "archive/data.pkl", data: statePickle({ w: W }) },
+        { name: "archive/byteorder", data: new TextEncoder().encode("little") },
+        { name: "archive/data/0", data: f32(1, 2, 3, 4) },
+        { name: "archive/version", data: new TextEncoder().encode("3\n") },
+        { name: "archive/extra", data: f32(5, 6), ...spec },
+      ]);
+    expect(await names(extra({}))).toEqual(["w"]);
+    expect(await names(extra({ deflate: true }))).toEqual(["w"]);
+    // With a time, miniz leaves a record torch never reads unjudged; st-convert refuses its lie
+    // all the same (documented: zip-records-that-lie).
+    expect(await errorCode(readAll(extra({ size: 12, time: 0x6a21 })))).toBe("MemberSizeMismatch");
+    await expect(readAll(extra({ deflate: true, compressedSize: 0 }))).rejects.toThrow(/"archive\/extra" declares 8 bytes from 0 compressed ones/);
+    await expect(readAll(extra({ size: 12 }))).rejects.toThrow(/"archive\/extra" is stored with 8 bytes but declares 12/);
+  });
+
   it("v3-requires-grad-none: _rebuild_tensor_v3 takes requires_grad None as False (torch.empty's default); v2 refuses it", async () => {
     const withGrad = (v3: string | undefined, push: (p: Pickle) => Pickle) => {
       const p = new Pickle()
