@@ -54,7 +54,6 @@ export const npyFormat: TensorFormat = {
   },
 };
 
-/** The `.npz` format, as registered with the `st-convert` command. */
 /**
  * The name the first local header of a zip gives its member, cut at NUL as zipfile names a member
  * (so that a name ending in .npy only past a NUL is no array's); undefined when the header or the
@@ -67,6 +66,7 @@ export function firstZipMemberName(head: Uint8Array): string | undefined {
   return String.fromCharCode(...head.subarray(30, 30 + nameLength)).split("\0")[0]!;
 }
 
+/** The `.npz` format, as registered with the `st-convert` command. */
 export const npzFormat: TensorFormat = {
   name: "npz",
   description: "NumPy .npz: a zip of .npy arrays (stored or deflated, ZIP64); metadata kept in the archive comment",

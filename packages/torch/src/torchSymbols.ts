@@ -296,22 +296,24 @@ function rebuildTensor(name: string, args: PyTuple): PickleValue {
   const stride = givenStride === undefined || givenStride.length === 0 ? contiguousStrides(size) : givenStride;
   if (size.length !== stride.length) invalid(`size has ${size.length} dimensions but stride has ${stride.length}`);
   let tensorDtype = storage.dtype;
-  if (name === "_rebuild_tensor_v3" && a[6] === null) {
-    // torch.empty((0,), dtype=None) takes torch's default dtype, float32 unless a program changed
-    // it: torch.save never writes None here, and torch.load in a fresh process reads float32.
-    tensorDtype = TORCH_DTYPES.get("float32")!;
-  } else if (name === "_rebuild_tensor_v3") {
+  let requiresGrad = a[4];
+  if (name === "_rebuild_tensor_v3") {
+    // v3 passes both to torch.empty((0,), dtype=…, requires_grad=…), whose argument parser takes
+    // None as the default: torch's default dtype (float32 unless a program changed it; torch.save
+    // never writes None here) and False. v2 assigns requires_grad, which takes a bool only.
     const d = a[6]!;
-    if (!isGlobal(d, "torch")) invalid(`the dtype of ${where} is ${describeValue(d)}, not a torch dtype`);
-    const found = TORCH_DTYPES.get((d as PyGlobal).name);
-    if (found === undefined) {
-      throw new StConvertError("UnsupportedDtype", `torch.${(d as PyGlobal).name} is not a dtype st-convert knows`);
+    if (d === null) tensorDtype = TORCH_DTYPES.get("float32")!;
+    else {
+      if (!isGlobal(d, "torch")) invalid(`the dtype of ${where} is ${describeValue(d)}, not a torch dtype`);
+      const found = TORCH_DTYPES.get((d as PyGlobal).name);
+      if (found === undefined) {
+        throw new StConvertError("UnsupportedDtype", `torch.${(d as PyGlobal).name} is not a dtype st-convert knows`);
+      }
+      tensorDtype = found;
     }
-    tensorDtype = found;
+    if (requiresGrad === null) requiresGrad = false;
   }
-  // v3 passes it to torch.empty(requires_grad=…), whose argument parser takes None as the default,
-  // False; v2 assigns it to tensor.requires_grad, which takes a bool only.
-  if (name !== "_rebuild_tensor") checkRequiresGrad(name === "_rebuild_tensor_v3" && a[4] === null ? false : a[4], tensorDtype, where);
+  if (name !== "_rebuild_tensor") checkRequiresGrad(requiresGrad, tensorDtype, where);
   // The optional last argument, tensor metadata: torch sets it when it is true in Python's sense,
   // and asserts that it is a dict.
   const metadata = name === "_rebuild_tensor_v2" ? a[6] : name === "_rebuild_tensor_v3" ? a[7] : undefined;
