@@ -5,13 +5,13 @@
  */
 import type { Stats } from "node:fs";
 import { mkdir, readdir, stat } from "node:fs/promises";
-import { basename, dirname, join, relative, resolve } from "node:path";
+import { basename, dirname, join, normalize, resolve, sep } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
 import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { batchThreads, runInWorkers } from "./batchWorkers.js";
 import { isRemoteInput } from "./remoteInput.js";
-import { FORMATS, detectOutputFormat, formatByExtension, matchExtension, readHead } from "./formats.js";
+import { FORMATS, detectOutputFormat, matchExtension, readHead } from "./formats.js";
 
 /** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
 export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgress"> {
@@ -159,7 +159,9 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
     if (outcome.type === "converted") {
       const r = outcome.result;
       summary.converted.push(
-        r === undefined ? { ...job } : { ...job, inputFormat: r.inputFormat, outputFormat: r.outputFormat, tensors: r.tensors, bytes: r.bytes },
+        r === undefined
+          ? { input: job.input, output: job.output }
+          : { input: job.input, output: job.output, inputFormat: r.inputFormat, outputFormat: r.outputFormat, tensors: r.tensors, bytes: r.bytes },
       );
     } else if (outcome.type === "skipped") summary.skipped.push({ ...job, reason: outcome.reason });
     else summary.failed.push({ ...job, code: outcome.code, message: outcome.message });
@@ -251,26 +253,32 @@ export async function planBatch(
   const problems: BatchSummary["failed"] = [];
   const outputs = new Map<string, string>();
   const outRoot = resolve(outDir);
-  const add = (input: string, relativePath: string, output = join(outDir, withExtension(relativePath, to, formats)), key = resolve(output)): void => {
+  const outExtension = to.extensions[0] ?? `.${to.name}`;
+  /** `key`: the output's absolute path; `inputKey`: the input's (each made once: a folder may hold thousands of files). */
+  const add = (input: string, output: string, key: string, inputKey: string): void => {
     const first = outputs.get(key);
     if (first !== undefined) {
       problems.push({ input, output, code: "InvalidArgument", message: `${input}: converts to the same output as ${first} (${output}) [InvalidArgument]` });
       return;
     }
-    if (key === resolve(input)) {
+    if (key === inputKey) {
       problems.push({ input, output, code: "InvalidArgument", message: `${input}: the output would be the input itself [InvalidArgument]` });
       return;
     }
     outputs.set(key, input);
     planned.push({ input, output });
   };
+  const addNamed = (input: string, name: string, inputKey: string): void => {
+    const output = join(outDir, withExtension(name, matchExtension(name, formats)?.extension, outExtension));
+    add(input, output, resolve(output), inputKey);
+  };
 
-  // Found in folders: [file, path relative to its folder]. Files named by the user are always taken.
-  const found: [string, string][] = [];
+  // Found in folders, with their outputs. Files named by the user are always taken.
+  const found: Found[] = [];
   for (const input of inputs) {
     // A URL is one file, named after the last segment of its path (its query left out).
     if (isRemoteInput(input)) {
-      add(input, remoteFileName(input));
+      addNamed(input, remoteFileName(input), input);
       continue;
     }
     let info: Stats;
@@ -281,61 +289,99 @@ export async function planBatch(
       continue;
     }
     if (!info.isDirectory()) {
-      add(input, basename(input));
+      addNamed(input, basename(input), resolve(input));
       continue;
     }
     // An output folder inside the input folder is left out of the walk (earlier runs' outputs are
     // not inputs); when it is the input folder itself, only this run's own outputs are left out, below.
-    const skip = resolve(input) === outRoot ? undefined : outRoot;
-    for (const file of await walk(input, skip, formats)) found.push([file, relative(input, file)]);
+    const root = resolve(input);
+    const walker: Walker = {
+      formats,
+      skip: root === outRoot ? undefined : outRoot,
+      outDir: childPrefix(outDir),
+      outRoot: childPrefix(outRoot),
+      outExtension,
+      found,
+    };
+    await walk(walker, input, root, "");
   }
-  // Each found file's output, made once (a folder may hold thousands of files).
-  const outputsOfFound = found.map(([, rel]) => join(outDir, withExtension(rel, to, formats)));
-  const keysOfFound = outputsOfFound.map((output) => resolve(output));
-  const outputsOfRun = new Set(keysOfFound);
-  for (const path of planned) outputsOfRun.add(resolve(path.output));
-  for (let i = 0; i < found.length; i++) {
-    const [file, rel] = found[i]!;
-    if (outputsOfRun.has(resolve(file))) continue;
-    if (await looksLikeItsFormat(file, formats)) add(file, rel, outputsOfFound[i], keysOfFound[i]);
-    else ignored.push(file);
+  const outputsOfRun = new Set(found.map((file) => file.outputKey));
+  for (const job of planned) outputsOfRun.add(resolve(job.output));
+  for (const file of found) {
+    if (outputsOfRun.has(file.key)) continue;
+    // Only an ambiguous extension (.json) makes a file's first bytes worth reading here.
+    if (file.format.ambiguousExtension === true && !(await looksLikeItsFormat(file.path, file.format))) ignored.push(file.path);
+    else add(file.path, file.output, file.outputKey, file.key);
   }
   return { planned, problems, ignored };
 }
 
-async function walk(dir: string, outRoot: string | undefined, formats: readonly TensorFormat[]): Promise<string[]> {
-  if (resolve(dir) === outRoot) return [];
-  const entries = await readdir(dir, { withFileTypes: true });
-  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  const files: string[] = [];
-  for (const entry of entries) {
-    if (entry.name.startsWith(".")) continue;
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) files.push(...(await walk(path, outRoot, formats)));
-    else if ((entry.isFile() || entry.isSymbolicLink()) && walkable(formatByExtension(entry.name, formats))) {
-      if (
-        entry.isSymbolicLink() &&
-        !(await stat(path).then(
-          (s) => s.isFile(),
-          () => false,
-        ))
-      )
-        continue;
-      files.push(path);
-    }
-  }
-  return files;
+/** A file found in a folder: its path as shown, its absolute path, its format by extension, and its output. */
+interface Found {
+  path: string;
+  key: string;
+  format: TensorFormat;
+  output: string;
+  outputKey: string;
 }
 
-/** True for a format whose files a folder walk takes (not an index, which is converted only when named). */
-function walkable(format: TensorFormat | undefined): boolean {
-  return format !== undefined && format.namedOnly !== true;
+/** What a folder walk needs: the output folder as shown and absolute, each as a prefix (see {@link childPrefix}). */
+interface Walker {
+  formats: readonly TensorFormat[];
+  /** An output folder inside the input folder, left out (absolute). */
+  skip: string | undefined;
+  outDir: string;
+  outRoot: string;
+  outExtension: string;
+  found: Found[];
+}
+
+/**
+ * What `join(dir, name)` is for every name of a folder, as a prefix: the folder normalized once,
+ * then only the name appended for each of its thousands of files (a name from `readdir` has no
+ * separator, and hidden names, `.` and `..` among them, are never walked).
+ */
+function childPrefix(dir: string): string {
+  const normal = normalize(dir);
+  if (normal === ".") return "";
+  return normal.endsWith(sep) ? normal : `${normal}${sep}`;
+}
+
+/** Adds the files below `dir` (shown as `dir`, absolute `key`, relative to the input folder `rel`) to `walker.found`, sorted by name. */
+async function walk(walker: Walker, dir: string, key: string, rel: string): Promise<void> {
+  if (key === walker.skip) return;
+  const entries = await readdir(dir, { withFileTypes: true });
+  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const shown = childPrefix(dir);
+  const absolute = key.endsWith(sep) ? key : `${key}${sep}`;
+  for (const entry of entries) {
+    const name = entry.name;
+    if (name.startsWith(".")) continue;
+    if (entry.isDirectory()) {
+      await walk(walker, `${shown}${name}`, `${absolute}${name}`, `${rel}${name}${sep}`);
+      continue;
+    }
+    if (!entry.isFile() && !entry.isSymbolicLink()) continue;
+    const match = matchExtension(name, walker.formats);
+    // A format whose files a walk takes (not an index, which is converted only when named).
+    if (match === undefined || match.format.namedOnly === true) continue;
+    const path = `${shown}${name}`;
+    if (
+      entry.isSymbolicLink() &&
+      !(await stat(path).then(
+        (s) => s.isFile(),
+        () => false,
+      ))
+    )
+      continue;
+    const output = withExtension(`${rel}${name}`, match.extension, walker.outExtension);
+    walker.found.push({ path, key: `${absolute}${name}`, format: match.format, output: `${walker.outDir}${output}`, outputKey: `${walker.outRoot}${output}` });
+  }
 }
 
 /** False for a file whose format's extension is ambiguous and whose first bytes are not that format. */
-async function looksLikeItsFormat(path: string, formats: readonly TensorFormat[]): Promise<boolean> {
-  const format = formatByExtension(path, formats);
-  if (format?.ambiguousExtension !== true || format.sniff === undefined) return true;
+async function looksLikeItsFormat(path: string, format: TensorFormat): Promise<boolean> {
+  if (format.ambiguousExtension !== true || format.sniff === undefined) return true;
   try {
     const source = await openFileSource(path);
     try {
@@ -348,11 +394,10 @@ async function looksLikeItsFormat(path: string, formats: readonly TensorFormat[]
   }
 }
 
-/** `a/b.npz` → `a/b.safetensors`: the known input extension replaced, or the output's appended. */
-function withExtension(path: string, to: TensorFormat, formats: readonly TensorFormat[]): string {
-  const extension = matchExtension(path, formats)?.extension;
+/** `a/b.npz` → `a/b.safetensors`: the known input extension (`extension`) replaced, or the output's appended. */
+function withExtension(path: string, extension: string | undefined, outExtension: string): string {
   const stem = extension === undefined ? path : path.slice(0, path.length - extension.length);
-  return `${stem}${to.extensions[0] ?? `.${to.name}`}`;
+  return `${stem}${outExtension}`;
 }
 
 async function exists(path: string): Promise<boolean> {

@@ -81,17 +81,30 @@ export async function readHead(source: ByteSource): Promise<Uint8Array> {
  * @throws StConvertError `UnknownFormat` when neither tells, or the format can only be read.
  */
 export function detectOutputFormat(path: string, to?: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {
-  const writable = formats.filter((f) => f.readOnly !== true);
+  // Named only in the errors below: a batch asks once per file.
+  const writable = () => formats.filter((f) => f.readOnly !== true);
   const format = to !== undefined ? formatByName(to, formats) : formatByExtension(path, formats);
   if (format === undefined) {
-    throw new StConvertError("UnknownFormat", `cannot tell the output format from the file name; pass --to (${writable.map((f) => f.name).join(", ")})`, {
-      file: path,
-    });
+    throw new StConvertError(
+      "UnknownFormat",
+      `cannot tell the output format from the file name; pass --to (${writable()
+        .map((f) => f.name)
+        .join(", ")})`,
+      {
+        file: path,
+      },
+    );
   }
   if (format.readOnly === true) {
-    throw new StConvertError("UnknownFormat", `${format.name} can be read but not written; write one of ${writable.map((f) => f.name).join(", ")}`, {
-      file: path,
-    });
+    throw new StConvertError(
+      "UnknownFormat",
+      `${format.name} can be read but not written; write one of ${writable()
+        .map((f) => f.name)
+        .join(", ")}`,
+      {
+        file: path,
+      },
+    );
   }
   return format;
 }
