@@ -221,16 +221,6 @@ export function describeError(error: unknown): string {
   return `internal error: ${error instanceof Error ? error.message : String(error)} (please report this)`;
 }
 
-/**
- * Expands inputs into conversions: a folder gives every file below it whose extension names a
- * known format (hidden entries are skipped, and so is an output folder below the input folder; when
- * the output folder is the input folder, the files this run writes are not taken as inputs; symbolic links to folders
- * are not followed, which rules out cycles; a file of an ambiguous extension such as `.json` is
- * taken only if its content looks like that format, so `config.json` beside the weights is
- * ignored, not failed; a sharded checkpoint's index is left out, its shards being taken one by
- * one); a file given by name is taken whatever its name and content. Outputs keep the
- * layout relative to the folder given, with the output format's extension.
- */
 /** The file name a URL input's output is named after: its path's last segment, decoded. */
 function remoteFileName(input: string): string {
   const path = input.replace(/[?#].*$/, "");
@@ -242,6 +232,16 @@ function remoteFileName(input: string): string {
   }
 }
 
+/**
+ * Expands inputs into conversions: a folder gives every file below it whose extension names a
+ * known format (hidden entries are skipped, and so is an output folder below the input folder; when
+ * the output folder is the input folder, the files this run writes are not taken as inputs; symbolic links to folders
+ * are not followed, which rules out cycles; a file of an ambiguous extension such as `.json` is
+ * taken only if its content looks like that format, so `config.json` beside the weights is
+ * ignored, not failed; a sharded checkpoint's index is left out, its shards being taken one by
+ * one); a file given by name is taken whatever its name and content. Outputs keep the
+ * layout relative to the folder given, with the output format's extension.
+ */
 export async function planBatch(
   inputs: readonly string[],
   outDir: string,
