@@ -8,7 +8,6 @@
  */
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
-import { Worker } from "node:worker_threads";
 import { StConvertError, isStConvertError } from "@st-convert/core";
 import type { ConvertResult } from "./convert.js";
 import type { BatchJob, ConvertManyOptions, JobHooks, JobOutcome } from "./convertMany.js";
@@ -20,6 +19,14 @@ import { isRemoteInput } from "./remoteInput.js";
  * to start, the time of a hundred small conversions.
  */
 export const FILES_PER_WORKER = 64;
+
+/**
+ * Node's worker_threads module, loaded when a batch first starts a thread: about 6 ms that every
+ * other command (info, a single conversion) would pay at start-up for nothing.
+ */
+function workerThreads(): typeof import("node:worker_threads") {
+  return process.getBuiltinModule("node:worker_threads");
+}
 
 /** What a worker is given. */
 export interface WorkerSetup {
@@ -140,7 +147,7 @@ function runWorker(setup: WorkerSetup, thread: number, signal: AbortSignal | und
     const started = new Set<number>();
     let finished = false;
     const url = workerUrl();
-    const worker = new Worker(url, { workerData: setup });
+    const worker = new (workerThreads().Worker)(url, { workerData: setup });
     const abort = () => worker.postMessage({ type: "abort" });
     if (signal?.aborted === true) abort();
     signal?.addEventListener("abort", abort);
