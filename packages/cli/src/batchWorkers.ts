@@ -147,7 +147,8 @@ function runWorker(setup: WorkerSetup, thread: number, signal: AbortSignal | und
     const started = new Set<number>();
     let finished = false;
     const url = workerUrl();
-    const worker = new (workerThreads().Worker)(url, { workerData: setup });
+    const { Worker } = workerThreads();
+    const worker = new Worker(url, { workerData: setup });
     const abort = () => worker.postMessage({ type: "abort" });
     if (signal?.aborted === true) abort();
     signal?.addEventListener("abort", abort);

@@ -275,6 +275,7 @@ export async function planBatch(
 
   // Found in folders, with their outputs. Files named by the user are always taken.
   const found: Found[] = [];
+  const walker: Walker = { formats, skip: undefined, outDir: childPrefix(outDir), outRoot: childPrefix(outRoot), outExtension, found };
   for (const input of inputs) {
     // A URL is one file, named after the last segment of its path (its query left out).
     if (isRemoteInput(input)) {
@@ -295,14 +296,7 @@ export async function planBatch(
     // An output folder inside the input folder is left out of the walk (earlier runs' outputs are
     // not inputs); when it is the input folder itself, only this run's own outputs are left out, below.
     const root = resolve(input);
-    const walker: Walker = {
-      formats,
-      skip: root === outRoot ? undefined : outRoot,
-      outDir: childPrefix(outDir),
-      outRoot: childPrefix(outRoot),
-      outExtension,
-      found,
-    };
+    walker.skip = root === outRoot ? undefined : outRoot;
     await walk(walker, input, root, "");
   }
   const outputsOfRun = new Set(found.map((file) => file.outputKey));
@@ -328,7 +322,7 @@ interface Found {
 /** What a folder walk needs: the output folder as shown and absolute, each as a prefix (see {@link childPrefix}). */
 interface Walker {
   formats: readonly TensorFormat[];
-  /** An output folder inside the input folder, left out (absolute). */
+  /** An output folder inside the input folder being walked, left out (absolute). */
   skip: string | undefined;
   outDir: string;
   outRoot: string;
@@ -353,7 +347,7 @@ async function walk(walker: Walker, dir: string, key: string, rel: string): Prom
   const entries = await readdir(dir, { withFileTypes: true });
   entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const shown = childPrefix(dir);
-  const absolute = key.endsWith(sep) ? key : `${key}${sep}`;
+  const absolute = childPrefix(key);
   for (const entry of entries) {
     const name = entry.name;
     if (name.startsWith(".")) continue;

@@ -81,30 +81,20 @@ export async function readHead(source: ByteSource): Promise<Uint8Array> {
  * @throws StConvertError `UnknownFormat` when neither tells, or the format can only be read.
  */
 export function detectOutputFormat(path: string, to?: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {
-  // Named only in the errors below: a batch asks once per file.
-  const writable = () => formats.filter((f) => f.readOnly !== true);
   const format = to !== undefined ? formatByName(to, formats) : formatByExtension(path, formats);
   if (format === undefined) {
-    throw new StConvertError(
-      "UnknownFormat",
-      `cannot tell the output format from the file name; pass --to (${writable()
-        .map((f) => f.name)
-        .join(", ")})`,
-      {
-        file: path,
-      },
-    );
+    throw new StConvertError("UnknownFormat", `cannot tell the output format from the file name; pass --to (${writableNames(formats)})`, { file: path });
   }
   if (format.readOnly === true) {
-    throw new StConvertError(
-      "UnknownFormat",
-      `${format.name} can be read but not written; write one of ${writable()
-        .map((f) => f.name)
-        .join(", ")}`,
-      {
-        file: path,
-      },
-    );
+    throw new StConvertError("UnknownFormat", `${format.name} can be read but not written; write one of ${writableNames(formats)}`, { file: path });
   }
   return format;
+}
+
+/** The formats that can be written, by name, for a message (made only when one is given: a batch detects once per file). */
+function writableNames(formats: readonly TensorFormat[]): string {
+  return formats
+    .filter((f) => f.readOnly !== true)
+    .map((f) => f.name)
+    .join(", ");
 }
