@@ -39,6 +39,7 @@ async function loop(): Promise<void> {
         warning: (file, message) => post({ type: "warning", index, file, message }),
       },
       folders,
+      setup.outputsAbsent,
     );
     post({ type: "outcome", index, outcome: sentOutcome(outcome) });
   }

@@ -36,6 +36,8 @@ export interface WorkerSetup {
   /** Conversions the worker runs at once. */
   readonly loops: number;
   readonly options: WorkerOptions;
+  /** The batch made `--out-dir` (see `attemptJob`). */
+  readonly outputsAbsent: boolean;
 }
 
 /** The options of a batch that a worker needs: data only (functions and signals stay on the main thread). */
@@ -116,9 +118,10 @@ export async function runInWorkers(
   jobs: readonly BatchJob[],
   next: Int32Array,
   options: ConvertManyOptions,
+  outputsAbsent: boolean,
   hooks: WorkerHooks,
 ): Promise<void> {
-  const setup: WorkerSetup = { jobs, next, loops, options: workerOptions(options) };
+  const setup: WorkerSetup = { jobs, next, loops, options: workerOptions(options), outputsAbsent };
   const workers = Array.from({ length: count }, (_, k) => runWorker(setup, k + 1, options.signal, hooks));
   await Promise.all(workers);
 }

@@ -81,14 +81,28 @@ export interface ConvertResult {
 
 /**
  * Converts `input` into `output`, in the formats their names (or the options) say. A path as the
- * output is written to a temporary file beside it and renamed into place only on success (see
+ * output appears only on success, whole: written to a temporary file beside it and renamed into
+ * place, or, when it is new and small, created at its name and written at once (see
  * `createFileSink`); a `ByteSink` is written and then closed, or aborted on failure. A
  * `ByteSource` as the input is read, never closed: it stays its owner's.
  * @throws StConvertError naming the file, the tensor and the broken rule; `OutputExists` when the
  *   output exists and `force` is not set; `NothingToWrite` when no tensor is left (see
  *   `allowEmpty`); `Aborted` when `signal` fired.
  */
-export async function convert(input: string | ByteSource, output: string | ByteSink, options: ConvertOptions = {}): Promise<ConvertResult> {
+export function convert(input: string | ByteSource, output: string | ByteSink, options: ConvertOptions = {}): Promise<ConvertResult> {
+  return convertInto(input, output, options, false);
+}
+
+/**
+ * {@link convert}, for a batch: `outputAbsent` when the batch made the output's folder itself, so
+ * that nothing was at the output path when it began (`createFileSink`'s `absent`).
+ */
+export async function convertInto(
+  input: string | ByteSource,
+  output: string | ByteSink,
+  options: ConvertOptions,
+  outputAbsent: boolean,
+): Promise<ConvertResult> {
   const formats = options.formats ?? FORMATS;
   const inputName = nameOf(input, "<input>");
   const outputName = nameOf(output, "<output>");
@@ -144,7 +158,7 @@ export async function convert(input: string | ByteSource, output: string | ByteS
           warnFor(output)(`removed ${stale}, a temporary file left by an interrupted run`);
         }
       }
-      const sink = typeof output === "string" ? await createFileSink(output, { force: options.force ?? false }) : output;
+      const sink = typeof output === "string" ? await createFileSink(output, { force: options.force ?? false, absent: outputAbsent }) : output;
       try {
         await outputFormat.write(observed.source, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(outputName), fileName: outputName });
         options.signal?.throwIfAborted();

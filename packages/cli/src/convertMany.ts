@@ -7,7 +7,7 @@ import type { Stats } from "node:fs";
 import { mkdir, readdir, stat } from "node:fs/promises";
 import { basename, dirname, join, normalize, resolve, sep } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
-import { type ConvertOptions, type ConvertResult, convert } from "./convert.js";
+import { type ConvertOptions, type ConvertResult, convertInto } from "./convert.js";
 import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { batchThreads, runInWorkers } from "./batchWorkers.js";
 import { isRemoteInput } from "./remoteInput.js";
@@ -121,6 +121,9 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
     } else if (outcome.type === "skipped") emit({ type: "skipped", job, reason: outcome.reason });
     else emit({ type: "failed", job, error: outcome.error, message: outcome.message });
   };
+  // A folder the batch makes holds nothing but what the batch writes (each output planned once):
+  // its outputs are not looked for before they are written.
+  const outputsAbsent = outDirInfo === undefined;
   const threads = batchThreads(planned, options, jobs);
   const next = new Int32Array(new SharedArrayBuffer(4));
   const folders = new Set<string>();
@@ -130,7 +133,7 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
       const index = Atomics.add(next, 0, 1);
       if (index >= planned.length) return;
       emit({ type: "start", job: planned[index]!, index, thread: 0 });
-      settle(index, await attemptJob(planned[index]!, options, hooksFor(index), folders));
+      settle(index, await attemptJob(planned[index]!, options, hooksFor(index), folders, outputsAbsent));
     }
   };
   const loops = Math.ceil(Math.min(jobs, Math.max(planned.length, 1)) / threads);
@@ -138,7 +141,7 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
     ...Array.from({ length: loops }, loop),
     ...(threads > 1
       ? [
-          runInWorkers(threads - 1, loops, planned, next, options, {
+          runInWorkers(threads - 1, loops, planned, next, options, outputsAbsent, {
             start: (index, thread) => emit({ type: "start", job: planned[index]!, index, thread }),
             hooksFor,
             settle,
@@ -185,9 +188,16 @@ export interface JobHooks {
 
 /**
  * Runs one conversion of a batch; `folders` are the output folders made so far (each is made once,
- * not once per file). Never throws: a failure is an outcome.
+ * not once per file); `outputAbsent` when the batch made `--out-dir` (see `convertInto`). Never
+ * throws: a failure is an outcome.
  */
-export async function attemptJob(job: BatchJob, options: ConvertManyOptions, hooks: JobHooks, folders: Set<string>): Promise<JobOutcome> {
+export async function attemptJob(
+  job: BatchJob,
+  options: ConvertManyOptions,
+  hooks: JobHooks,
+  folders: Set<string>,
+  outputAbsent: boolean,
+): Promise<JobOutcome> {
   const skipped = (reason = "the output exists (--force replaces it)"): JobOutcome => ({ type: "skipped", reason });
   if (options.dryRun === true) return options.force !== true && (await exists(job.output)) ? skipped() : { type: "converted", result: undefined };
   try {
@@ -196,13 +206,18 @@ export async function attemptJob(job: BatchJob, options: ConvertManyOptions, hoo
       await mkdir(folder, { recursive: true });
       folders.add(folder);
     }
-    const result = await convert(job.input, job.output, {
-      ...options,
-      to: options.to,
-      onProgress: (done, total) => hooks.progress(done, total),
-      removeStale: false,
-      onWarning: (message, file) => hooks.warning(file, message),
-    });
+    const result = await convertInto(
+      job.input,
+      job.output,
+      {
+        ...options,
+        to: options.to,
+        onProgress: (done, total) => hooks.progress(done, total),
+        removeStale: false,
+        onWarning: (message, file) => hooks.warning(file, message),
+      },
+      outputAbsent,
+    );
     return { type: "converted", result };
   } catch (error) {
     if (isStConvertError(error) && error.code === "OutputExists") return skipped();

@@ -1,4 +1,4 @@
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { convertMany } from "st-convert";
@@ -55,6 +55,40 @@ describe("batch conversion", () => {
     expect(readFileSync(join(out, "a.safetensors"), "utf8")).toBe("keep me");
     expect(runCli([root, "-O", out, "--to", "safetensors", "--force"]).status).toBe(0);
     expect(readFileSync(join(out, "a.safetensors")).equals(readFileSync(mixed))).toBe(true);
+  });
+
+  it("into a folder it makes, a file that another process puts at an output meanwhile is kept, or with force replaced; a link there is refused", async () => {
+    const root = join(dir, "in");
+    mkdirSync(root);
+    for (const name of ["a", "b", "c"]) copyFileSync(mixed, join(root, `${name}.safetensors`));
+    const run = (out: string, force: boolean, plant: (path: string) => void) =>
+      convertMany([root], {
+        outDir: out,
+        to: "safetensors",
+        force,
+        jobs: 1,
+        // Just before job b writes anything: after the batch made its folder and planned b's output.
+        onEvent: (event) => {
+          if (event.type === "start" && event.job.output.endsWith("b.safetensors")) plant(event.job.output);
+        },
+      });
+    const kept = await run(join(dir, "out1"), false, (path) => writeFileSync(path, "theirs"));
+    expect(kept.skipped.map((s) => s.output)).toEqual([join(dir, "out1", "b.safetensors")]);
+    expect(readFileSync(join(dir, "out1", "b.safetensors"), "utf8")).toBe("theirs");
+    expect(readdirSync(join(dir, "out1")).sort()).toEqual(["a.safetensors", "b.safetensors", "c.safetensors"]);
+
+    const replaced = await run(join(dir, "out2"), true, (path) => writeFileSync(path, "theirs"));
+    expect(replaced.converted).toHaveLength(3);
+    expect(readFileSync(join(dir, "out2", "b.safetensors")).equals(readFileSync(mixed))).toBe(true);
+    expect(readdirSync(join(dir, "out2")).sort()).toEqual(["a.safetensors", "b.safetensors", "c.safetensors"]);
+
+    writeFileSync(join(dir, "elsewhere"), "keep");
+    const linked = await run(join(dir, "out3"), true, (path) => symlinkSync(join(dir, "elsewhere"), path));
+    expect(linked.failed.map((f) => f.output)).toEqual([join(dir, "out3", "b.safetensors")]);
+    expect(linked.failed[0]!.message).toMatch(/became another kind of file/);
+    expect(lstatSync(join(dir, "out3", "b.safetensors")).isSymbolicLink()).toBe(true);
+    expect(readFileSync(join(dir, "elsewhere"), "utf8")).toBe("keep");
+    expect(readdirSync(join(dir, "out3")).sort()).toEqual(["a.safetensors", "b.safetensors", "c.safetensors"]);
   });
 
   it("--dry-run writes nothing and says what it would do", () => {

@@ -91,19 +91,12 @@ describe("a batch in threads", () => {
       const starts: number[] = [];
       const warnings: string[] = [];
       const next = new Int32Array(new SharedArrayBuffer(4));
-      await runInWorkers(
-        1,
-        2,
-        jobs,
-        next,
-        { outDir: out, to: "safetensors", force: true, signal },
-        {
-          start: (_index, thread) => starts.push(thread),
-          hooksFor: () => ({ progress: () => {}, warning: (file, message) => warnings.push(`${file}: ${message}`) }),
-          settle: (index, outcome) => outcomes.set(index, outcome),
-          lost: (file, message) => warnings.push(`lost ${file}: ${message}`),
-        },
-      );
+      await runInWorkers(1, 2, jobs, next, { outDir: out, to: "safetensors", force: true, signal }, false, {
+        start: (_index, thread) => starts.push(thread),
+        hooksFor: () => ({ progress: () => {}, warning: (file, message) => warnings.push(`${file}: ${message}`) }),
+        settle: (index, outcome) => outcomes.set(index, outcome),
+        lost: (file, message) => warnings.push(`lost ${file}: ${message}`),
+      });
       return { outcomes, starts, warnings, next: next[0]! };
     };
     const all = await run();

@@ -1,8 +1,8 @@
 import { spawnSync } from "node:child_process";
-import { closeSync, existsSync, openSync, readFileSync, readdirSync, truncateSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmdirSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { SYNC_IO_BELOW, createFileSink, createScratchFile, openFileSource } from "@st-convert/core/node";
+import { SINK_BUFFER_SIZE, SYNC_IO_BELOW, createFileSink, createScratchFile, openFileSource } from "@st-convert/core/node";
 import { makeTempDir } from "@st-convert/testing";
 
 let dir: string;
@@ -11,16 +11,60 @@ beforeEach(() => ({ dir, cleanup } = makeTempDir()));
 afterEach(() => cleanup());
 
 describe("file sink", () => {
-  it("writes to a temporary file and renames it into place on close", async () => {
+  it("writes a large output to a temporary file and links it into place on close", async () => {
     const target = join(dir, "out.bin");
     const sink = await createFileSink(target);
     if (sink.kind !== "file") throw new Error(`expected an atomic file sink, got ${sink.kind}`);
-    await sink.write(Uint8Array.of(1, 2, 3));
+    const bytes = Uint8Array.from({ length: 3 * SINK_BUFFER_SIZE }, (_, i) => i % 251);
+    await sink.write(bytes);
     expect(existsSync(target)).toBe(false);
     expect(existsSync(sink.tempPath)).toBe(true);
     await sink.close();
-    expect([...readFileSync(target)]).toEqual([1, 2, 3]);
+    expect(Buffer.compare(readFileSync(target), bytes)).toBe(0);
     expect(readdirSync(dir)).toEqual(["out.bin"]);
+  });
+
+  it("creates a small new output at its name on close, whole, with no temporary file at any point", async () => {
+    const target = join(dir, "out.bin");
+    const sink = await createFileSink(target);
+    if (sink.kind !== "file") throw new Error(`expected an atomic file sink, got ${sink.kind}`);
+    for (let i = 0; i < 1000; i++) await sink.write(Uint8Array.of(i & 0xff, 1, 2));
+    expect(readdirSync(dir)).toEqual([]);
+    await sink.close();
+    expect(readdirSync(dir)).toEqual(["out.bin"]);
+    expect([...readFileSync(target).subarray(0, 6)]).toEqual([0, 1, 2, 1, 1, 2]);
+    expect(statSync(target).size).toBe(3000);
+    // Created as any new file is: 0666 less the umask.
+    const umask = process.umask();
+    expect(statSync(target).mode & 0o777).toBe(0o666 & ~umask);
+  });
+
+  it("an empty new output is still created", async () => {
+    const target = join(dir, "empty.bin");
+    const sink = await createFileSink(target);
+    await sink.close();
+    expect(readdirSync(dir)).toEqual(["empty.bin"]);
+    expect(statSync(target).size).toBe(0);
+  });
+
+  it("with force, a small output replaces a file that appeared meanwhile, through a rename", async () => {
+    const target = join(dir, "out.bin");
+    const sink = await createFileSink(target, { force: true });
+    await sink.write(Uint8Array.of(7, 8));
+    writeFileSync(target, "other");
+    await sink.close();
+    expect([...readFileSync(target)]).toEqual([7, 8]);
+    expect(readdirSync(dir)).toEqual(["out.bin"]);
+  });
+
+  it("a small output that cannot be created on close() fails it with the creation's error", async () => {
+    const folder = join(dir, "gone");
+    mkdirSync(folder);
+    const sink = await createFileSink(join(folder, "out.bin"));
+    await sink.write(Uint8Array.of(1));
+    rmdirSync(folder);
+    await expect(sink.close()).rejects.toMatchObject({ code: "Io", rule: expect.stringMatching(/cannot create the output/) });
+    expect(readdirSync(dir)).toEqual([]);
   });
 
   it("leaves nothing behind on abort", async () => {
