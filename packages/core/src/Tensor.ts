@@ -3,7 +3,7 @@
  * lazily, in C order and little-endian; a writer takes all entries first, then pulls their bytes
  * in the order its format wants.
  */
-import { type ByteSink, DEFAULT_CHUNK_SIZE, arraySink } from "./ByteSource.js";
+import { type ByteSink, DEFAULT_CHUNK_SIZE, WRITTEN, arraySink } from "./ByteSource.js";
 import { type Dtype, dtypeInfo, tensorByteLength } from "./dtypes.js";
 import { StConvertError, withContext } from "./StConvertError.js";
 
@@ -187,8 +187,10 @@ export async function pipeTensor(tensor: TensorEntry, sink: ByteSink, chunkSize 
       if (delivered > tensor.byteLength) break;
       if (writing !== undefined) await writing;
       writing = sink.write(next.value);
-      // Marked handled now: a failing write is reported when awaited, not as an unhandled rejection.
-      writing.catch(() => {});
+      // Taken at once: nothing to wait for. Otherwise marked handled now: a failing write is
+      // reported when awaited, not as an unhandled rejection.
+      if (writing === WRITTEN) writing = undefined;
+      else writing.catch(() => {});
     }
     if (open) {
       open = false;

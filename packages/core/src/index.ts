@@ -21,6 +21,7 @@ export {
   readAheadSource,
   readRange,
   toByteSource,
+  WRITTEN,
 } from "./ByteSource.js";
 export { NameIndex } from "./NameIndex.js";
 export { DTYPES, type Dtype, type DtypeInfo, dtypeFromNumpyName, dtypeInfo, elementCount, isDtype, tensorByteLength, toSafeNumber } from "./dtypes.js";

@@ -26,7 +26,7 @@ import { type FileHandle, lstat, open, readdir, unlink } from "node:fs/promises"
 import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { type ByteSink, type ByteSource, type ScratchSpace, checkRange } from "./ByteSource.js";
+import { type ByteSink, type ByteSource, type ScratchSpace, WRITTEN, checkRange } from "./ByteSource.js";
 import { StConvertError, isStConvertError, withContext } from "./StConvertError.js";
 
 /** A {@link ByteSource} over an open file; `close()` releases the descriptor. */
@@ -705,7 +705,7 @@ class CoalescingWriter {
     // 50,000 tiny tensors made 50,000 trips through the queue, most of a writer's time).
     if (this.#queued === 0 && this.#failure === undefined && chunk.byteLength < SINK_COALESCE_BELOW && this.#filled + chunk.byteLength <= SINK_BUFFER_SIZE) {
       this.#gather(chunk);
-      return RESOLVED;
+      return WRITTEN;
     }
     return this.#enqueue(() => this.#put(chunk));
   }
@@ -787,14 +787,11 @@ class CoalescingWriter {
   }
 }
 
-/** A settled promise, shared by every write that was taken at once. */
-const RESOLVED: Promise<void> = Promise.resolve();
-
 /** A sink's write: refused unless the sink is open; an operating-system failure named after the sink. */
 function writeWhileOpen(writer: CoalescingWriter, state: string, name: string, chunk: Uint8Array): Promise<void> {
   if (state !== "open") return Promise.reject(new StConvertError("Io", `write to a ${state} sink`, { file: name }));
   const written = writer.write(chunk);
-  if (written === RESOLVED) return written;
+  if (written === WRITTEN) return written;
   return written.catch((error: unknown) => {
     throw ioError(error, name, "write failed");
   });
