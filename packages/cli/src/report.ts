@@ -5,7 +5,7 @@
  * field does not).
  */
 import { isStConvertError } from "@st-convert/core";
-import type { FileReport } from "./convert.js";
+import type { InspectedFile } from "./convert.js";
 import { parameterCount } from "./text.js";
 
 /** Version of the report's shape (`"version"` in every report). */
@@ -118,8 +118,8 @@ function blankReport(command: Report["command"]): Report {
   }
 }
 
-/** Fills an info report from what `inspect()` found. */
-export function fillInfoReport(report: InfoReport, file: string, found: FileReport): void {
+/** Fills an info report from what `inspectEntries()` found. */
+export function fillInfoReport(report: InfoReport, file: string, found: InspectedFile): void {
   report.input = { file, format: found.format };
   report.metadata = found.metadata === null ? null : { ...found.metadata };
   report.tensors = found.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], bytes: t.byteLength }));
@@ -127,7 +127,7 @@ export function fillInfoReport(report: InfoReport, file: string, found: FileRepo
 }
 
 /** Tensors, parameters (elements) and bytes of a file's tensors. */
-export function infoTotals(found: FileReport): { tensors: number; parameters: number; bytes: number } {
+export function infoTotals(found: InspectedFile): { tensors: number; parameters: number; bytes: number } {
   let parameters = 0;
   let bytes = 0;
   for (const t of found.tensors) {

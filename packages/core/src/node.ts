@@ -366,13 +366,14 @@ function refusal(info: Stats): string {
 /**
  * The sink of {@link createFileSink} for a missing target or a regular file (`existing`).
  *
- * A new output (nothing to replace, placement not deferred, its folder there) gets no temporary file until bytes
- * leave the sink's buffer: one that fits the buffer ({@link SINK_BUFFER_SIZE}) whole is created at
- * its own name on `close()`, exclusively (`O_EXCL`: a file that appeared meanwhile is never
- * clobbered), and written and closed by synchronous calls in the same turn, so no signal handler, no
- * abort and no other write runs in between; a failed write removes it. A folder of thousands of
- * small outputs pays one directory operation per file instead of three (create, link, unlink), and
- * only SIGKILL or a power cut between two system calls could leave such a file short.
+ * A new output (nothing to replace, placement not deferred, its folder there) gets no temporary
+ * file until bytes leave the sink's buffer: one that fits the buffer ({@link SINK_BUFFER_SIZE})
+ * whole is created at its own name on `close()`, exclusively (`O_EXCL`: a file that appeared
+ * meanwhile is never clobbered), and written and closed by synchronous calls in the same turn, so
+ * no signal handler, no abort and no other write runs in between; a failed write removes it. A
+ * folder of thousands of small outputs pays one directory operation per file instead of three
+ * (create, link, unlink), and only SIGKILL or a power cut between two system calls could leave
+ * such a file short.
  */
 async function atomicSink(
   name: string,

@@ -18,12 +18,22 @@ export class ByteWindow {
   /** Absolute offset of the next byte not yet read from the source. */
   next: number;
 
+  /** The memory `buf` lies at the front of, when windows are read into it again and again. */
+  #store: Uint8Array | undefined;
+
   constructor(
     readonly source: ByteSource,
     start: number,
     /** Absolute offset where the range ends. */
     readonly end: number,
     readonly windowSize: number,
+    /**
+     * Read each window into the same memory (where the source can read into memory it is given):
+     * the bytes of `buf` then change on the next `more()`, so the caller keeps no view of them.
+     * A fresh 2 MiB array per window cost its page faults and, as memory outside the heap, pushed
+     * the collector into extra collections.
+     */
+    readonly reuse = false,
   ) {
     this.base = start;
     this.next = start;
@@ -55,9 +65,16 @@ export class ByteWindow {
   async more(keep: number = this.i): Promise<boolean> {
     if (this.next >= this.end) return false;
     const length = Math.min(this.windowSize, this.end - this.next);
+    const kept = this.buf.length - keep;
+    if (this.reuse && this.source.readInto !== undefined) {
+      await this.#readIntoStore(keep, kept, length);
+      this.next += length;
+      this.base = this.next - length - kept;
+      this.i -= keep;
+      return true;
+    }
     const fresh = await this.source.read(this.next, length);
     this.next += length;
-    const kept = this.buf.length - keep;
     if (kept === 0) {
       // A plain Uint8Array view even when the source returns a Buffer: the tokenizers' loops
       // then see one array type (monomorphic element access is markedly faster in V8).
@@ -71,6 +88,23 @@ export class ByteWindow {
     this.base = this.next - length - kept;
     this.i -= keep;
     return true;
+  }
+
+  /** The kept bytes moved to the front of the store, the next window read in after them. */
+  async #readIntoStore(keep: number, kept: number, length: number): Promise<void> {
+    let store = this.#store;
+    if (store === undefined || store.byteLength < kept + length) {
+      // Room for a token cut at a window's end on top of the window, so that the store is made once.
+      const grown = new Uint8Array(Math.max(kept + length, this.windowSize + (this.windowSize >> 3)));
+      grown.set(this.buf.subarray(keep));
+      store = grown;
+      this.#store = grown;
+    } else if (kept > 0) {
+      // `buf` is the store's front.
+      store.copyWithin(0, keep, keep + kept);
+    }
+    await this.source.readInto!(this.next, store.subarray(kept, kept + length));
+    this.buf = new Uint8Array(store.buffer, store.byteOffset, kept + length);
   }
 }
 

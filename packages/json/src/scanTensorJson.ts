@@ -625,7 +625,8 @@ class Scanner<T> {
     options: ScanOptions,
     private readonly make: MakeTensor<T>,
   ) {
-    this.w = new ByteWindow(source, 0, source.size, options.windowSize ?? DEFAULT_CHUNK_SIZE);
+    // The scan keeps offsets and decoded strings, never a view of the window: its memory is reused.
+    this.w = new ByteWindow(source, 0, source.size, options.windowSize ?? DEFAULT_CHUNK_SIZE, true);
     this.maxDepth = options.maxDepth ?? MAX_JSON_DEPTH;
     this.maxHeaderSize = options.maxHeaderSize ?? MAX_JSON_HEADER_SIZE;
     this.data = new DataScan((i) => this.w.base + i);

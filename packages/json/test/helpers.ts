@@ -1,6 +1,7 @@
 /** Small helpers shared by the json package's tests. */
 import {
   type ByteSink,
+  type ByteSource,
   type Dtype,
   type TensorEntry,
   type TensorSource,
@@ -39,7 +40,12 @@ export async function toJson(source: TensorSource, options: TensorJsonWriteOptio
 
 /** Reads a document and all of its tensors' bytes. */
 export async function readAll(json: Uint8Array | string, options: TensorJsonReadOptions = {}) {
-  const file = await readTensorJson(typeof json === "string" ? utf8.encode(json) : json, options);
+  return readAllFrom(typeof json === "string" ? utf8.encode(json) : json, options);
+}
+
+/** {@link readAll} from any source. */
+export async function readAllFrom(input: Uint8Array | ByteSource, options: TensorJsonReadOptions = {}) {
+  const file = await readTensorJson(input, options);
   const tensors = await Promise.all(
     file.tensors.map(async (t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], encoding: t.encoding, bytes: await readTensorBytes(t) })),
   );

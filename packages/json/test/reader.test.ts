@@ -1,8 +1,8 @@
 /** What the reader accepts, as the README documents it. */
 import { describe, expect, it } from "vitest";
-import { readTensorBytes, tensorFromBytes } from "@st-convert/core";
+import { type ByteSource, readTensorBytes, tensorFromBytes } from "@st-convert/core";
 import { readTensorJson, serializeTensorJson } from "@st-convert/json";
-import { failure, readAll, utf8 } from "./helpers.js";
+import { failure, readAll, readAllFrom, utf8 } from "./helpers.js";
 
 const f32 = (...values: number[]) => [...new Uint8Array(new Float32Array(values).buffer)];
 const one = async (doc: string) => [...(await readAll(doc)).tensors[0]!.bytes];
@@ -205,5 +205,41 @@ describe("many small tensors", () => {
     const expected = await readAll(doc);
     expect(expected.tensors).toHaveLength(200);
     for (const windowSize of [5, 64, 1000, 4096]) expect(await readAll(doc, { windowSize })).toEqual(expected);
+  });
+
+  it("reads the same tensors when each window is read into the memory of the last (a source with readInto)", async () => {
+    const plain = new TextDecoder().decode(await serializeTensorJson({ metadata: { "k\u00e9y": 'v"w' }, tensors: small(300) }, { base64: false }));
+    // Long escaped names and base64 entries, cut by the windows anywhere.
+    const doc = plain
+      .split("\n")
+      .map((line, k) =>
+        k % 7 === 3
+          ? line.replace(/^ {2}"([^"]+)"/, (_, name: string) => `  "${name}\\u00e9${"\\n".repeat(40)}${name}"`)
+          : k % 7 === 5
+            ? line.replace(
+                /"data": \[(.*)\]/,
+                (_, values: string) => `"data_base64": "${Buffer.from(Float32Array.from(values.split(", ").map(Number)).buffer).toString("base64")}"`,
+              )
+            : line,
+      )
+      .join("\n");
+    const expected = await readAll(doc);
+    expect(expected.tensors).toHaveLength(300);
+    const bytes = new TextEncoder().encode(doc);
+    for (const windowSize of [5, 64, 1000, 4096]) {
+      let fills = 0;
+      const source: ByteSource = {
+        size: bytes.byteLength,
+        read: async (offset, length) => bytes.slice(offset, offset + length),
+        async readInto(offset, target) {
+          fills++;
+          // What was there before is gone: a view kept of an earlier window would read this.
+          target.fill(0x7b);
+          target.set(bytes.subarray(offset, offset + target.byteLength));
+        },
+      };
+      expect(await readAllFrom(source, { windowSize })).toEqual(expected);
+      expect(fills).toBeGreaterThan(bytes.byteLength / windowSize / 2);
+    }
   });
 });
