@@ -639,31 +639,39 @@ function putAside(path) {
   renameSync(path, join(trash, String(setAside++)));
 }
 
-/** One row of the section: interleaved runs of st-convert and its Python equivalent, then the outputs compared. */
+/**
+ * Rows of at least this many tensors get no warm-up runs: a run of 500,000 files takes a minute,
+ * its input was just made (so it is in the page cache), and each run leaves 500,000 more files.
+ */
+const NO_WARM_UP_FROM = 200_000;
+
+/**
+ * One row of the section: interleaved runs of st-convert and its Python equivalent, then the
+ * outputs of the last run of each compared.
+ */
 function timeManyRow(row, input, dir) {
-  const output = join(dir, row.output ?? "unused");
+  const outputs = { ours: join(dir, row.output ?? "unused"), py: join(dir, `theirs-${row.output ?? "unused"}`) };
   const variants = ["ours", "py"];
   const times = { ours: [], py: [] };
-  const runVariant = (variant) => {
-    const run = measureAfterSync(...manyCommand(variant, row, input, output));
-    putAside(output);
+  const compare = !row.info && row.compare !== false;
+  const runVariant = (variant, last = false) => {
+    const run = measureAfterSync(...manyCommand(variant, row, input, outputs[variant]));
+    // The last run's output stays to be compared.
+    if (!(last && compare)) putAside(outputs[variant]);
     return run;
   };
-  for (const variant of variants) runVariant(variant);
+  if (row.count < NO_WARM_UP_FROM) for (const variant of variants) runVariant(variant);
   for (let r = 0; r < runs; r++) {
     for (let k = 0; k < variants.length; k++) {
       const variant = variants[(k + r) % variants.length];
-      times[variant].push(runVariant(variant));
+      times[variant].push(runVariant(variant, r === runs - 1));
     }
   }
   let identical;
-  if (!row.info && row.compare !== false) {
-    const theirs = join(dir, `theirs-${row.output}`);
-    measure(...manyCommand("py", row, input, theirs));
-    measure(...manyCommand("ours", row, input, output));
-    identical = shaOfOutput(theirs) === shaOfOutput(output);
-    putAside(theirs);
-    putAside(output);
+  if (compare) {
+    identical = shaOfOutput(outputs.py) === shaOfOutput(outputs.ours);
+    putAside(outputs.py);
+    putAside(outputs.ours);
   }
   const summary = Object.fromEntries(
     Object.entries(times).map(([v, xs]) => [
@@ -683,7 +691,7 @@ function manyReport(results) {
     "",
     "## Many small tensors",
     "",
-    "Checkpoints of N tensors of F32[2] (8 bytes each: 400 KB of data at 50,000), where per-tensor costs are everything. Each row beside the Python code that does the same work, every array touched (bench/reference.py `small-*`); process start included. The npy form is a folder of one `.npy` per tensor, converted by the batch command (`--out-dir`, 2 jobs) into or from a folder of one `.safetensors` per tensor; the Python code goes file by file. Each run's output is set aside (renamed), not deleted, until the section ends: ext4 passes over inodes freed in the last minute or more when it allocates, so the first run to create thousands of files after thousands were deleted takes several times as long (20,000 files: 0.5 s, or 5 to 8 s just after 20,000 others were deleted, with `sync` and a 15 s wait), and whichever tool ran first would pay for the deletion of the last run's output.",
+    "Checkpoints of N tensors of F32[2] (8 bytes each: 400 KB of data at 50,000), where per-tensor costs are everything. Each row beside the Python code that does the same work, every array touched (bench/reference.py `small-*`); process start included. The npy form is a folder of one `.npy` per tensor, converted by the batch command (`--out-dir`, 2 jobs) into or from a folder of one `.safetensors` per tensor; the Python code goes file by file. Each run's output is set aside (renamed), not deleted, until the section ends: ext4 passes over inodes freed in the last minute or more when it allocates, so the first run to create thousands of files after thousands were deleted takes several times as long (20,000 files: 0.5 s, or 5 to 8 s just after 20,000 others were deleted, with `sync` and a 15 s wait), and whichever tool ran first would pay for the deletion of the last run's output. Each row starts with a warm-up run of each tool (none from 200,000 tensors: such a run takes a minute and its input was just made), and the outputs compared are those of the last timed run of each.",
     "",
     "| path | tensors | st-convert | µs per tensor | peak RSS | Python | Python time (peak RSS) | ratio | same output |",
     "|---|---|---|---|---|---|---|---|---|",
@@ -846,8 +854,10 @@ if (wantsMany && python !== undefined) {
   enterState(states[0]);
   for (const result of runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts)) {
     stored.many[`${result.row.count} ${result.row.name}`] = { ...result, row: { ...result.row, state: states[0] } };
-    // Row by row: an interrupted run keeps what it measured.
+    // Row by row: an interrupted run keeps what it measured (removing the section's files at its
+    // end takes minutes at 500,000 files a run).
     saveResults(stored);
+    writeFileSync(resolve(root, values.out), renderStored(stored));
   }
   leaveState();
 }
