@@ -4,7 +4,7 @@
  */
 import { parentPort, workerData } from "node:worker_threads";
 import { type WorkerMessage, type WorkerSetup, sentOutcome } from "./batchWorkers.js";
-import { attemptJob } from "./convertMany.js";
+import { JOBS_PER_TURN, attemptJob, eventLoopTurn } from "./convertMany.js";
 
 const port = parentPort;
 if (port === null) throw new Error("batchWorker.js runs as a worker thread of a batch");
@@ -21,7 +21,9 @@ const PROGRESS_EVERY_MS = 50;
 let lastProgress = 0;
 
 async function loop(): Promise<void> {
-  for (;;) {
+  for (let done = 0; ; done++) {
+    // The main thread's abort message is taken in a turn of the event loop.
+    if (done % JOBS_PER_TURN === JOBS_PER_TURN - 1) await eventLoopTurn();
     if (controller.signal.aborted) return;
     const index = Atomics.add(setup.next, 0, 1);
     if (index >= setup.jobs.length) return;

@@ -128,7 +128,8 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   const next = new Int32Array(new SharedArrayBuffer(4));
   const folders = new Set<string>();
   const loop = async (): Promise<void> => {
-    for (;;) {
+    for (let done = 0; ; done++) {
+      if (done % JOBS_PER_TURN === JOBS_PER_TURN - 1) await eventLoopTurn();
       if (options.signal?.aborted === true) return;
       const index = Atomics.add(next, 0, 1);
       if (index >= planned.length) return;
@@ -172,6 +173,19 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   // Stopped: a signal left jobs unattempted.
   summary.stopped = summary.converted.length + summary.skipped.length + summary.failed.length < planned.length + problems.length;
   return summary;
+}
+
+/**
+ * Jobs a batch loop runs between two turns of the event loop. Small files are read and written
+ * by synchronous calls, and their promises are settled ones: a loop of them never gave the event
+ * loop a turn, so a signal handler (Ctrl-C) or a worker's abort message waited for the whole
+ * batch (20,000 files ran to the end after SIGINT, and exited 0).
+ */
+export const JOBS_PER_TURN = 32;
+
+/** Lets the event loop run once: timers, signal handlers, messages from other threads. */
+export function eventLoopTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 /** What one conversion of a batch came to. `result` is undefined in a dry run. */

@@ -19,6 +19,7 @@ export {
   type BatchSummary,
   type ConvertManyOptions,
   DEFAULT_JOBS,
+  JOBS_PER_TURN,
   convertMany,
   describeError,
   planBatch,

@@ -2,7 +2,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { convert } from "st-convert";
+import { JOBS_PER_TURN, convert, convertMany } from "st-convert";
 import { CLI_PATH, makeTempDir, runCli } from "@st-convert/testing";
 
 let dir: string;
@@ -53,7 +53,72 @@ describe("interrupting a conversion", () => {
     expect(readdirSync(dir)).toEqual(["in.safetensors"]);
     expect(stderr).toMatch(/stopped|Aborted/);
   });
+
+  it("a batch of small files takes a stop request that comes as an event (a signal handler's way) within a few jobs", async () => {
+    const root = join(dir, "in");
+    mkdirSync(root);
+    const tiny = safetensorsOf(4);
+    for (let i = 0; i < 400; i++) writeFileSync(join(root, `t${String(i).padStart(3, "0")}.safetensors`), tiny);
+    const controller = new AbortController();
+    let asked = -1;
+    const summary = await convertMany([root], {
+      outDir: join(dir, "out"),
+      to: "safetensors",
+      jobs: 1,
+      signal: controller.signal,
+      onEvent: (event) => {
+        // Not at once: from a later turn of the event loop, as Ctrl-C's handler runs.
+        if (event.type === "start" && event.index === 50) {
+          asked = event.index;
+          setImmediate(() => controller.abort());
+        }
+      },
+    });
+    expect(asked).toBe(50);
+    expect(summary.stopped).toBe(true);
+    expect(summary.converted.length).toBeGreaterThan(50);
+    expect(summary.converted.length).toBeLessThanOrEqual(51 + JOBS_PER_TURN);
+    expect(readdirSync(join(dir, "out"))).toHaveLength(summary.converted.length);
+  });
+
+  it("Ctrl-C stops a batch of small files on two threads (status 130), and every output left is whole", async () => {
+    const root = join(dir, "in");
+    mkdirSync(root);
+    const tiny = safetensorsOf(4);
+    const count = 3000;
+    for (let i = 0; i < count; i++) writeFileSync(join(root, `t${i}.safetensors`), tiny);
+    const out = join(dir, "out");
+    const child = spawn(process.execPath, [CLI_PATH, root, "--out-dir", out, "--to", "safetensors", "--jobs", "2"], { stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    // Under way once the first output is there; the test's own timeout catches a hang.
+    const started = () => {
+      try {
+        return readdirSync(out).length > 0;
+      } catch {
+        return false;
+      }
+    };
+    while (!started()) await new Promise((r) => setTimeout(r, 5));
+    child.kill("SIGINT");
+    expect(await exited).toBe(130);
+    const left = readdirSync(out);
+    expect(left.length).toBeLessThan(count);
+    expect(left.filter((name) => name.endsWith(".tmp"))).toEqual([]);
+    for (const name of left) expect(readFileSync(join(out, name)).equals(tiny)).toBe(true);
+    expect(stderr).toMatch(/stopped/);
+  });
 });
+
+/** A safetensors file of one U8 tensor of `n` bytes. */
+function safetensorsOf(n: number): Buffer {
+  let header = `{"w":{"dtype":"U8","shape":[${n}],"data_offsets":[0,${n}]}}`;
+  header += " ".repeat((8 - (header.length % 8)) % 8);
+  const prefix = Buffer.alloc(8);
+  prefix.writeBigUInt64LE(BigInt(header.length));
+  return Buffer.concat([prefix, Buffer.from(header, "latin1"), Buffer.alloc(n, 7)]);
+}
 
 /** A 1 MiB tmpfs to fill, where this machine lets us mount one (root in a VM; CI runs as root). */
 function tinyDisk(dir: string): string | undefined {
