@@ -103,7 +103,11 @@ export class ByteWindow {
       // `buf` is the store's front.
       store.copyWithin(0, keep, keep + kept);
     }
-    await this.source.readInto!(this.next, store.subarray(kept, kept + length));
+    const target = store.subarray(kept, kept + length);
+    // A local file is read synchronously: the scan has nothing to do meanwhile, and a hop
+    // through Node's thread pool waits for a thread, tens of ms on a busy machine.
+    if (this.source.readIntoSync !== undefined) this.source.readIntoSync(this.next, target);
+    else await this.source.readInto!(this.next, target);
     this.buf = new Uint8Array(store.buffer, store.byteOffset, kept + length);
   }
 }
