@@ -2,7 +2,7 @@
 // Python reference pipeline, in the same run, interleaved, and writes docs/benchmarks.md.
 //
 //   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--many 50000,500000] [--many-folders N,…]
-//              [--out docs/benchmarks.md] [--results bench/results.json]
+//              [--many-rows SUBSTRING] [--out docs/benchmarks.md] [--results bench/results.json]
 //
 // Figures are kept in bench/results.json, row by row: a run replaces the rows it measured and
 // the page is rendered from all of them, so `--only` refreshes part of the page.
@@ -11,6 +11,7 @@
 // `--only many` runs only the many-small-tensors section (50,000 and 500,000 F32[2] tensors, or
 // the counts `--many` gives, in every format, each direction and `info`; the npy-folder rows,
 // one file per tensor, at the counts `--many-folders` gives, by default the same).
+// `--many-rows TEXT` runs only the rows of that section whose names contain TEXT (`info json`).
 //
 // Inputs are made by the reference tools (bench/reference.py) in bench-out/ (gitignored) and
 // removed at the end. Each contestant runs once untimed before the timed, interleaved runs.
@@ -52,6 +53,7 @@ const { values } = parseArgs({
     dir: { type: "string", default: "bench-out" },
     many: { type: "string", default: "50000,500000" },
     "many-folders": { type: "string" },
+    "many-rows": { type: "string" },
   },
 });
 
@@ -601,7 +603,9 @@ function* runManySection(counts, folderCounts) {
       }
       return inputs.get(f.kind);
     };
-    for (const row of manyRows(count).filter((r) => (r.input.folder ? folderCounts : counts).includes(count))) {
+    const wanted = (r) =>
+      (r.input.folder ? folderCounts : counts).includes(count) && (values["many-rows"] === undefined || r.name.includes(values["many-rows"]));
+    for (const row of manyRows(count).filter(wanted)) {
       if (!hasFormat(row.input.format) || (row.to !== undefined && !hasFormat(row.to))) {
         console.warn(`bench: skipping "${row.name}": a format is not registered`);
         continue;
