@@ -276,7 +276,8 @@ export async function inspect(input: string | ByteSource, options: InspectOption
 
 /**
  * {@link inspect} without a copy of each entry, for a caller that only reads them (the info
- * command: 50,000 copied entries and shapes were a tenth of listing them).
+ * command: copying 50,000 entries and their shapes took about 40 ms of a 550 ms listing, before
+ * the collector copied them again).
  */
 export async function inspectEntries(input: string | ByteSource, options: InspectOptions = {}): Promise<InspectedFile> {
   const formats = options.formats ?? FORMATS;

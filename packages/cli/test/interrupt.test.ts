@@ -3,7 +3,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, writeFileSyn
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { JOBS_PER_TURN, convert, convertMany } from "st-convert";
-import { CLI_PATH, makeTempDir, runCli } from "@st-convert/testing";
+import { CLI_PATH, makeTempDir, runCli, safetensorsFile } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -111,13 +111,10 @@ describe("interrupting a conversion", () => {
   });
 });
 
-/** A safetensors file of one U8 tensor of `n` bytes. */
-function safetensorsOf(n: number): Buffer {
-  let header = `{"w":{"dtype":"U8","shape":[${n}],"data_offsets":[0,${n}]}}`;
-  header += " ".repeat((8 - (header.length % 8)) % 8);
-  const prefix = Buffer.alloc(8);
-  prefix.writeBigUInt64LE(BigInt(header.length));
-  return Buffer.concat([prefix, Buffer.from(header, "latin1"), Buffer.alloc(n, 7)]);
+/** A safetensors file of one U8 tensor of `n` bytes, its header padded as the writer pads it (so a conversion gives the same bytes). */
+function safetensorsOf(n: number): Uint8Array {
+  const header = `{"w":{"dtype":"U8","shape":[${n}],"data_offsets":[0,${n}]}}`;
+  return safetensorsFile(header.padEnd(Math.ceil(header.length / 8) * 8), new Uint8Array(n).fill(7));
 }
 
 /** A 1 MiB tmpfs to fill, where this machine lets us mount one (root in a VM; CI runs as root). */

@@ -396,7 +396,7 @@ async function atomicSink(
         quietly(() => closeSync(fd!));
         quietly(() => unlinkSync(tempPath));
       }
-      throw ioError(error, name, targetPath === name ? "cannot create the output" : `cannot create the output's link target ${targetPath}`);
+      throw ioError(error, name, cannotCreate(name, targetPath));
     }
   };
   // A missing folder is reported now, as creating the temporary file would (by doing it), not
@@ -495,7 +495,7 @@ function createWhole(path: string, name: string, bytes: Uint8Array, force: boole
     fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o666);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "EEXIST") {
-      throw ioError(error, name, path === name ? "cannot create the output" : `cannot create the output's link target ${path}`);
+      throw ioError(error, name, cannotCreate(name, path));
     }
     if (force) return false;
     throw new StConvertError("OutputExists", "the output appeared while converting; pass --force to replace it", { file: name });
@@ -513,6 +513,11 @@ function createWhole(path: string, name: string, bytes: Uint8Array, force: boole
     throw ioError(error, name, "write failed");
   }
   return true;
+}
+
+/** What failed when the output `name` (through a link: the file `path` it leads to) could not be created. */
+function cannotCreate(name: string, path: string): string {
+  return path === name ? "cannot create the output" : `cannot create the output's link target ${path}`;
 }
 
 /** Runs `step`, ignoring its failure (a clean-up that may find nothing to clean). */

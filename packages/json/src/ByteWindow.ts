@@ -66,25 +66,21 @@ export class ByteWindow {
     if (this.next >= this.end) return false;
     const length = Math.min(this.windowSize, this.end - this.next);
     const kept = this.buf.length - keep;
-    if (this.reuse && this.source.readInto !== undefined) {
-      await this.#readIntoStore(keep, kept, length);
-      this.next += length;
-      this.base = this.next - length - kept;
-      this.i -= keep;
-      return true;
+    if (this.reuse && this.source.readInto !== undefined) await this.#readIntoStore(keep, kept, length);
+    else {
+      const fresh = await this.source.read(this.next, length);
+      if (kept === 0) {
+        // A plain Uint8Array view even when the source returns a Buffer: the tokenizers' loops
+        // then see one array type (monomorphic element access is markedly faster in V8).
+        this.buf = new Uint8Array(fresh.buffer, fresh.byteOffset, fresh.byteLength);
+      } else {
+        const joined = new Uint8Array(kept + length);
+        joined.set(this.buf.subarray(keep));
+        joined.set(fresh, kept);
+        this.buf = joined;
+      }
     }
-    const fresh = await this.source.read(this.next, length);
     this.next += length;
-    if (kept === 0) {
-      // A plain Uint8Array view even when the source returns a Buffer: the tokenizers' loops
-      // then see one array type (monomorphic element access is markedly faster in V8).
-      this.buf = new Uint8Array(fresh.buffer, fresh.byteOffset, fresh.byteLength);
-    } else {
-      const joined = new Uint8Array(kept + length);
-      joined.set(this.buf.subarray(keep));
-      joined.set(fresh, kept);
-      this.buf = joined;
-    }
     this.base = this.next - length - kept;
     this.i -= keep;
     return true;
