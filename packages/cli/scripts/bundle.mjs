@@ -17,7 +17,8 @@ await build({
   platform: "node",
   // fflate is imported only where node:zlib is missing, never under Node: it stays the npy
   // package's dependency instead of being copied into this one.
-  external: [/^node:/, "fflate"],
+  // @st-convert/native stays a package of its own too: its loader finds fastio.node beside itself.
+  external: [/^node:/, "fflate", "@st-convert/native"],
   logLevel: "warn",
   output: {
     dir: dist,

@@ -11,6 +11,7 @@ import {
   type Metadata,
   StConvertError,
   type TensorEntry,
+  type TensorExtent,
   type TensorFormat,
   type TensorSource,
   withContext,
@@ -422,6 +423,33 @@ class ObservedEntry implements TensorEntry {
 
   chunks(options?: ChunkOptions): AsyncIterable<Uint8Array> {
     return new ObservedChunks(this, options, this.progress);
+  }
+
+  /** The tensor's extent, with progress and the abort check after each piece copied, and its check's failure blamed on the input. */
+  extent(): TensorExtent | undefined {
+    const inner = this.entry.extent?.();
+    if (inner === undefined) return undefined;
+    const progress = this.progress;
+    progress.signal?.throwIfAborted();
+    const check = inner.check;
+    return {
+      source: inner.source,
+      offset: inner.offset,
+      check:
+        check === undefined
+          ? undefined
+          : () =>
+              check().catch((error: unknown) => {
+                progress.inRead = true;
+                throw error;
+              }),
+      copied: (bytes) => {
+        inner.copied?.(bytes);
+        this.reached(bytes);
+        progress.onProgress?.(progress.done, progress.total);
+        progress.signal?.throwIfAborted();
+      },
+    };
   }
 
   /** Counts the bytes up to `position` of one pass towards progress, once across passes. */

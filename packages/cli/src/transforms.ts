@@ -156,6 +156,7 @@ function renamed(entry: TensorEntry, name: string): TensorEntry {
     shape: entry.shape,
     byteLength: entry.byteLength,
     chunks: (options) => entry.chunks(options),
+    extent: entry.extent === undefined ? undefined : () => entry.extent!(),
   };
 }
 

@@ -30,11 +30,12 @@ const packages = readdirSync(join(REPO_ROOT, "packages"))
   .filter((p) => p.manifest.private !== true);
 
 describe("published packages", () => {
-  it("are the six the project ships", () => {
+  it("are the seven the project ships", () => {
     expect(packages.map((p) => p.manifest.name).sort()).toEqual([
       "@st-convert/core",
       "@st-convert/flax",
       "@st-convert/json",
+      "@st-convert/native",
       "@st-convert/npy",
       "@st-convert/torch",
       "st-convert",

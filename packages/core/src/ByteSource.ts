@@ -44,6 +44,14 @@ export interface ByteSink {
    * file). Only on sinks that can seek: a file sink's temporary file, memory; not a pipe.
    */
   patch?(position: number, bytes: Uint8Array): Promise<void>;
+  /**
+   * Appends `length` bytes of `source` from `offset` without them passing through this process
+   * (a file sink and a local file, under Node on Linux with the native module: `copy_file_range`),
+   * or returns undefined at once, having written nothing, where this sink cannot do that for this
+   * source: the caller then copies through memory. Optional.
+   * @throws StConvertError `UnexpectedEof` when the source ends early, `Io` when the copy fails.
+   */
+  copyFrom?(source: ByteSource, offset: number, length: number): Promise<void> | undefined;
   /** Everything was written: make it visible (a file sink renames its temporary file into place). */
   close(): Promise<void>;
   /** Something failed: leave nothing behind. Safe to call more than once, and after `close` failed. */

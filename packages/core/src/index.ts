@@ -23,6 +23,7 @@ export {
   toByteSource,
   WRITTEN,
 } from "./ByteSource.js";
+export { type Kernels, kernels } from "./kernels.js";
 export { NameIndex } from "./NameIndex.js";
 export { DTYPES, type Dtype, type DtypeInfo, dtypeFromNumpyName, dtypeInfo, elementCount, isDtype, tensorByteLength, toSafeNumber } from "./dtypes.js";
 export {
@@ -61,7 +62,10 @@ export {
   type ChunkOptions,
   type Metadata,
   type TensorEntry,
+  type TensorExtent,
   type TensorInfo,
+  KERNEL_COPY_FROM,
+  KERNEL_COPY_STEP,
   type TensorSource,
   checkMetadata,
   checkShapeOverflow,

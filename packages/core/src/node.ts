@@ -23,17 +23,30 @@ import {
   writeSync,
 } from "node:fs";
 import { type FileHandle, lstat, open, readdir, unlink } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { constants as osConstants, tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { type ByteSink, type ByteSource, type ScratchSpace, WRITTEN, checkRange } from "./ByteSource.js";
+import { type CopyRangeError, nativeIo } from "@st-convert/native";
+import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, type ScratchSpace, WRITTEN, checkRange } from "./ByteSource.js";
+import { kernels } from "./kernels.js";
 import { StConvertError, isStConvertError, withContext } from "./StConvertError.js";
 
 /** A {@link ByteSource} over an open file; `close()` releases the descriptor. */
 export interface FileSource extends ByteSource {
   readonly name: string;
+  /**
+   * The open descriptor of a regular file, which a file sink may copy from in the kernel
+   * ({@link AtomicFileSink.copyFrom}); undefined for a pipe or a device. The source owns it.
+   */
+  readonly fd: number | undefined;
   close(): Promise<void>;
 }
+
+// The native module's CRC-32 (PCLMULQDQ, about 3× zlib's here), for every zip member checked or
+// written under Node. Installed when this entry point loads: the browser-safe code that computes
+// CRCs looks for it in `kernels` and uses zlib's or fflate's otherwise.
+const native = nativeIo();
+if (native !== undefined) kernels.crc32 = native.crc32;
 
 /**
  * Reads and writes below this size are made synchronously on regular files, as are the calls that
@@ -66,7 +79,7 @@ export async function openFileSource(path: string): Promise<FileSource> {
       closeSync(fd);
       throw ioError(error, path, "cannot read the file's size");
     }
-    if (info.isFile()) return descriptorSource(fd, path, info.size, () => closeSync(fd));
+    if (info.isFile()) return descriptorSource(fd, path, info.size, true, () => closeSync(fd));
     closeSync(fd);
     if (info.isDirectory()) throw new StConvertError("Io", "is a directory, not a file", { file: path });
   }
@@ -85,7 +98,7 @@ export async function openFileSource(path: string): Promise<FileSource> {
     await handle.close();
     throw ioError(error, path, "cannot read the file's size");
   }
-  return descriptorSource(handle.fd, path, size, () => handle.close());
+  return descriptorSource(handle.fd, path, size, false, () => handle.close());
 }
 
 /** One read into `target` from `offset` of the file; resolves to the bytes read. */
@@ -96,14 +109,15 @@ function readAt(fd: number, target: Uint8Array, offset: number, length: number, 
 }
 
 /**
- * A {@link FileSource} over the open descriptor `fd` of a file holding `size` bytes; `close()`
- * calls `release` once. Reads below {@link SYNC_IO_BELOW} are synchronous.
+ * A {@link FileSource} over the open descriptor `fd` of a file holding `size` bytes (`regular`: a
+ * regular file, which sinks may copy from in the kernel); `close()` calls `release` once. Reads below {@link SYNC_IO_BELOW} are synchronous.
  */
-function descriptorSource(fd: number, path: string, size: number, release: () => void | Promise<void>): FileSource {
+function descriptorSource(fd: number, path: string, size: number, regular: boolean, release: () => void | Promise<void>): FileSource {
   let released = false;
   const source: FileSource = {
     name: path,
     size,
+    fd: regular ? fd : undefined,
     async read(offset, length) {
       // A plain Uint8Array, not a Buffer: consumers may call slice() expecting a copy, which on a
       // Buffer is a view.
@@ -192,6 +206,15 @@ export interface AtomicFileSink extends ByteSink {
   readonly targetPath: string;
   /** The temporary file beside `targetPath` that receives the bytes until `close()`. */
   readonly tempPath: string;
+  /**
+   * Appends bytes of a local regular file ({@link FileSource}) by `copy_file_range`, in the
+   * kernel, where the native module is loaded (`@st-convert/native`); undefined otherwise, and for
+   * any other source. Where the kernel refuses this pair of files (another file system, one that
+   * cannot), this copy and every later one go through memory instead, with the same bytes.
+   */
+  copyFrom(source: ByteSource, offset: number, length: number): Promise<void> | undefined;
+  /** Bytes appended by kernel copies so far (tests and benchmarks look at it). */
+  readonly kernelCopied: number;
   /**
    * With `deferPlacement`: puts the closed file in place (as `close()` does otherwise), once.
    * @throws StConvertError `OutputExists` when a file appeared there meanwhile and `force` is off.
@@ -410,6 +433,9 @@ async function atomicSink(
   );
   let state: "open" | "written" | "closed" | "aborted" = "open";
   let closed = false;
+  let kernelCopied = 0;
+  /** Set once the kernel refused a copy into this file: the rest go through memory. */
+  let throughMemory = false;
   const release = async (): Promise<void> => {
     if (closed || fd === undefined) return;
     closed = true;
@@ -421,7 +447,46 @@ async function atomicSink(
     name,
     targetPath,
     tempPath,
+    get kernelCopied() {
+      return kernelCopied;
+    },
     write: (chunk) => writeWhileOpen(writer, state, name, chunk),
+    copyFrom(source, offset, length) {
+      const from = (source as Partial<FileSource>).fd;
+      const io = native;
+      if (typeof from !== "number" || io === undefined || throughMemory) return undefined;
+      if (state !== "open") return Promise.reject(new StConvertError("Io", `write to a ${state} sink`, { file: name }));
+      try {
+        checkRange(source, offset, length);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      const step = async (): Promise<void> => {
+        let copied: number;
+        try {
+          copied = await io.copyRange(from, offset, file(), -1, length);
+        } catch (error) {
+          const { errno, copied: before } = error as CopyRangeError;
+          if (!COPY_ELSEWHERE.has(errno)) throw systemError(error as CopyRangeError);
+          // Another file system, or one that cannot: the rest of this copy, and every later one, through memory.
+          throughMemory = true;
+          kernelCopied += before;
+          await copyThroughMemory(source, offset + before, length - before, (bytes, at, size) => writeAt(file(), bytes, at, size));
+          return;
+        }
+        kernelCopied += copied;
+        if (copied < length) {
+          throw new StConvertError(
+            "UnexpectedEof",
+            `the file ended at byte ${offset + copied} while ${offset + length} were expected (was it truncated while being read?)`,
+            { file: source.name },
+          );
+        }
+      };
+      return writer.copy(step, length).catch((error: unknown) => {
+        throw ioError(error, name, "write failed");
+      });
+    },
     async patch(position, bytes) {
       if (state !== "open") throw new StConvertError("Io", `patch of a ${state} sink`, { file: name });
       await writer.patch(position, bytes).catch((error: unknown) => {
@@ -730,6 +795,18 @@ class CoalescingWriter {
     return this.#buffer === undefined ? new Uint8Array(0) : this.#buffer.subarray(0, this.#filled);
   }
 
+  /**
+   * Runs `copy`, which appends `length` bytes to the output on its own (a kernel copy), in order
+   * with the writes around it: what is buffered is written out first.
+   */
+  copy(copy: () => Promise<void>, length: number): Promise<void> {
+    return this.#enqueue(async () => {
+      await this.#drain();
+      await copy();
+      this.#written += length;
+    });
+  }
+
   /** Writes out what is buffered. */
   flush(): Promise<void> {
     return this.#enqueue(() => this.#drain());
@@ -801,6 +878,34 @@ function writeWhileOpen(writer: CoalescingWriter, state: string, name: string, c
   return written.catch((error: unknown) => {
     throw ioError(error, name, "write failed");
   });
+}
+
+/**
+ * Errors of `copy_file_range` that mean "not between these two files": another file system (EXDEV),
+ * one that cannot (EINVAL, EOPNOTSUPP), a kernel without it (ENOSYS). The copy then goes through memory.
+ */
+const COPY_ELSEWHERE = new Set(
+  ["EXDEV", "EINVAL", "EOPNOTSUPP", "ENOTSUP", "ENOSYS"].flatMap((code) => {
+    const errno = (osConstants.errno as Record<string, number | undefined>)[code];
+    return errno === undefined ? [] : [errno];
+  }),
+);
+
+/** A copy's failure as Node reports a system error: `code` (`ENOSPC`) for {@link ioError}'s rules. */
+function systemError(error: CopyRangeError): Error {
+  const code = Object.entries(osConstants.errno).find(([, errno]) => errno === error.errno)?.[0];
+  return Object.assign(new Error(error.message), { code, errno: -error.errno, syscall: "copy_file_range" });
+}
+
+/** Copies `length` bytes of `source` from `offset` through a buffer of {@link DEFAULT_CHUNK_SIZE}, writing each part through `out`. */
+async function copyThroughMemory(source: ByteSource, offset: number, length: number, out: WriteOnce): Promise<void> {
+  const buffer = new Uint8Array(Math.min(length, DEFAULT_CHUNK_SIZE));
+  for (let at = 0; at < length; ) {
+    const part = buffer.subarray(0, Math.min(buffer.byteLength, length - at));
+    await source.readInto!(offset + at, part);
+    await writeFully(out, part);
+    at += part.byteLength;
+  }
 }
 
 /** Writes all of `bytes` through `out`, waiting out EAGAIN (see {@link EAGAIN_FIRST_WAIT_MS}). */
@@ -937,7 +1042,7 @@ export async function createScratchFile(options: ScratchFileOptions = {}): Promi
     source() {
       if (handle === undefined) throw new StConvertError("Io", "read from a disposed scratch file", { file: path });
       // The handle is the scratch file's, closed by dispose(), not by whoever reads.
-      return descriptorSource(handle.fd, path, size, () => {});
+      return descriptorSource(handle.fd, path, size, true, () => {});
     },
     async dispose() {
       const h = handle;

@@ -14,6 +14,7 @@ import {
   type ChunkOptions,
   type Metadata,
   type TensorEntry,
+  type TensorExtent,
   type TensorInfo,
   type TensorSource,
   checkMetadata,
@@ -456,6 +457,10 @@ class FileTensor implements SafetensorsTensor {
 
   chunks(options: ChunkOptions = {}): AsyncIterable<Uint8Array> {
     return this.storage.chunks(this, options);
+  }
+
+  extent(): TensorExtent {
+    return { source: this.storage.source, offset: this.storage.start + this.begin };
   }
 }
 

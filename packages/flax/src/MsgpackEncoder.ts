@@ -7,7 +7,7 @@
  * Spec: https://github.com/msgpack/msgpack/blob/master/spec.md; msgpack-python `_packer.pyx`
  * (observed choices in `docs/formats.md` §3.3).
  */
-import { type ByteSink, StConvertError } from "@st-convert/core";
+import { type ByteSink, StConvertError, type TensorEntry, pipeTensor } from "@st-convert/core";
 
 /** Structure bytes gathered before a write to the sink; payloads up to this size are copied in too. */
 const BUFFER_SIZE = 64 * 1024;
@@ -205,6 +205,15 @@ export class MsgpackEncoder {
     }
     await this.flush();
     await this.#sink.write(bytes);
+  }
+
+  /**
+   * A tensor's bytes as raw bytes, after what the buffer holds: straight to the sink by
+   * `pipeTensor`, which copies them in the kernel where the sink can (a large array from a file).
+   */
+  async pipe(tensor: TensorEntry, chunkSize: number): Promise<void> {
+    await this.flush();
+    await pipeTensor(tensor, this.#sink, chunkSize);
   }
 
   /** Flushes once the buffer holds {@link BUFFER_SIZE} bytes or more, so that structure never piles up. */

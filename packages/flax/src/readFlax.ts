@@ -20,6 +20,7 @@ import {
   type Dtype,
   type Metadata,
   type TensorEntry,
+  type TensorExtent,
   type TensorSource,
   StConvertError,
   compareCodePoints,
@@ -1283,6 +1284,12 @@ class FlaxArray implements FlaxTensor {
       };
     }
     return readRanges(from, this.ranges, chunkSize, options.reuse ?? false);
+  }
+
+  /** Where the bytes lie in the file, when they are one range of it (not a chunked array, not in memory). */
+  extent(): TensorExtent | undefined {
+    const range = this.ranges.length === 1 ? this.ranges[0]! : undefined;
+    return this.from instanceof Uint8Array || range === undefined ? undefined : { source: this.from, offset: range[0] };
   }
 }
 

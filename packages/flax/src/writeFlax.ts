@@ -22,6 +22,7 @@ import {
   dtypeInfo,
   hasLoneSurrogate,
   quoteName,
+  KERNEL_COPY_FROM,
   readAhead,
   readTensorBytes,
   withContext,
@@ -550,6 +551,8 @@ async function writeArray(tensor: TensorEntry, out: MsgpackEncoder, type: 1 | 3,
 /** One array in one ext value: its header, then the tensor's chunks as they come. */
 async function writeWhole(tensor: TensorEntry, out: MsgpackEncoder, type: 1 | 3, dtypeName: string, chunkSize: number): Promise<void> {
   out.ndarrayHeader(tensor.shape, dtypeName, tensor.byteLength, type);
+  // A large array whose bytes lie as they are in a file: copied without reading them, where the sink can.
+  if (tensor.byteLength >= KERNEL_COPY_FROM && tensor.extent !== undefined) return out.pipe(tensor, chunkSize);
   await out.flushIfFull();
   let delivered = 0;
   // Each chunk is written (or copied into the buffer) before the one after next is asked for. A

@@ -5,7 +5,7 @@
  * `node:zlib`, and Node never loads fflate (about 5 ms of start-up on every conversion).
  */
 import type * as NodeZlib from "node:zlib";
-import { StConvertError } from "@st-convert/core";
+import { StConvertError, kernels } from "@st-convert/core";
 
 /** Inflate, deflate and CRC-32 behind one interface. */
 export interface Codec {
@@ -77,8 +77,11 @@ async function importNodeZlib(): Promise<typeof NodeZlib | undefined> {
 
 function makeNodeCodec(zlib: typeof NodeZlib): Codec {
   // zlib's crc32 returns 0, not `previous`, for an empty buffer without a backing store.
-  const crc32 =
+  const zlibCrc32 =
     typeof zlib.crc32 === "function" ? (data: Uint8Array, previous = 0) => (data.byteLength === 0 ? previous : zlib.crc32(data, previous)) : tableCrc32;
+  // The native module's, where core/node installed it (about 3× zlib's); looked up per call, since
+  // it may be installed after this codec is made.
+  const crc32 = (data: Uint8Array, previous = 0): number => (kernels.crc32 ?? zlibCrc32)(data, previous);
   return {
     name: "node:zlib",
     crc32,

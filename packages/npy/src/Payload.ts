@@ -2,7 +2,7 @@
  * The bytes of one npy file, wherever they live: a whole file, a stored zip member (random
  * access, CRC-checked) or a deflated one (forward only, inflated on the fly, CRC-checked).
  */
-import { type ByteSource, type ReadRangeOptions, StConvertError, readRange } from "@st-convert/core";
+import { type ByteSource, type ReadRangeOptions, StConvertError, type TensorExtent, readRange } from "@st-convert/core";
 import type { RangeReader } from "./fortranToC.js";
 
 /** One npy file's bytes. Methods are called on the payload (implementations may be classes). */
@@ -34,6 +34,12 @@ export interface Payload {
   readonly randomIntoSync?: ((offset: number, target: Uint8Array) => void) | undefined;
   /** Verifies the container's integrity check over all the bytes (a full pass for a zip member; nothing for a file). */
   verify(): Promise<void>;
+  /**
+   * Where bytes `[offset, offset + length)` lie as they are in the underlying source (a file, a
+   * stored member), for a copy that does not read them (`TensorEntry.extent`), with the check to
+   * run alongside (the member's CRC); undefined where they must be inflated or are in memory.
+   */
+  readonly extent?: ((offset: number, length: number) => TensorExtent) | undefined;
 }
 
 /** A whole {@link ByteSource} as a payload (a plain `.npy` file): nothing to verify. */
@@ -45,6 +51,7 @@ export function sourcePayload(source: ByteSource): Payload {
     random: (offset, length) => source.read(offset, length),
     randomIntoSync: source.readIntoSync === undefined ? undefined : (offset, target) => source.readIntoSync!(offset, target),
     verify: async () => {},
+    extent: (offset) => ({ source, offset }),
   };
 }
 

@@ -10,10 +10,21 @@
  * numpy opens every member with `force_zip64=True`, so local headers carry sizes 0xFFFFFFFF and a
  * ZIP64 extra field while the central directory holds the real 32-bit values (formats.md §2.6).
  */
-import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, StConvertError, bytesSource, hasLoneSurrogate, readRange } from "@st-convert/core";
+import {
+  type ByteSink,
+  type ByteSource,
+  DEFAULT_CHUNK_SIZE,
+  StConvertError,
+  type TensorEntry,
+  bytesSource,
+  hasLoneSurrogate,
+  pipeTensor,
+  readRange,
+} from "@st-convert/core";
 import type { Codec } from "./Codec.js";
 import type { Payload } from "./Payload.js";
 import { THREAD_CRC_FROM, crc32Stream, withCrc32 } from "./crcThread.js";
+import { crcCounted } from "./crcTensor.js";
 
 /**
  * Largest central directory read, in bytes. 64 MiB lists more than a million members; a larger
@@ -625,6 +636,11 @@ function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Pay
       const crc = await crcOf(0, member.size, 0);
       if (crc !== member.crc32) throw crcError(member, crc);
     },
+    extent(offset, length) {
+      checkRangeOf(member, offset, length);
+      // The check reads the member on its own, while the copy runs (as chunks() would check it).
+      return { source, offset: member.dataOffset + offset, check: () => this.verify() };
+    },
   };
 }
 
@@ -879,6 +895,30 @@ export class ZipWriter {
     if (written !== size) {
       throw new StConvertError("ByteLengthMismatch", `member ${JSON.stringify(name)}: ${size} bytes were declared and its data ran to ${written}`);
     }
+    const field = new Uint8Array(4);
+    le32(field, 0, crc32);
+    await this.#patch(offset + 14, field);
+    this.#entries.push({ name: bytes, flags, method: 0, crc32, compressedSize: size, size, headerOffset: offset });
+  }
+
+  /**
+   * A stored member of `prefix` (a small npy header) then a tensor's bytes, in one pass with the
+   * bytes of {@link ZipWriter.addStored}, as {@link ZipWriter.addStoredPatched} writes it, the
+   * tensor piped straight to the sink (`pipeTensor`: copied in the kernel where the sink can copy
+   * from its extent, the CRC-32 then taken by a read of its own alongside). Only where the sink can patch.
+   * @throws StConvertError `ByteLengthMismatch` when the tensor delivers another byte count than it declares.
+   */
+  async addStoredTensor(name: string, prefix: Uint8Array, tensor: TensorEntry, chunkSize: number): Promise<void> {
+    const { bytes, flags } = encodeName(name);
+    const offset = this.#offset;
+    const size = prefix.byteLength + tensor.byteLength;
+    await this.#put(this.#localHeader(bytes, flags, 0, 0, size, size));
+    await this.#put(prefix);
+    await this.#flush();
+    const counted = crcCounted(tensor, this.#codec, this.#codec.crc32(prefix, 0));
+    await pipeTensor(counted.entry, this.#sink, chunkSize);
+    this.#offset += tensor.byteLength;
+    const crc32 = counted.crc();
     const field = new Uint8Array(4);
     le32(field, 0, crc32);
     await this.#patch(offset + 14, field);

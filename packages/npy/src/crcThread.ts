@@ -8,6 +8,7 @@
  * there while the main thread goes on. Elsewhere (browsers, short members) the CRC runs on the
  * main thread, after the I/O callbacks waiting at that moment have had their turn.
  */
+import { kernels } from "@st-convert/core";
 import type { Codec } from "./Codec.js";
 
 /** A CRC-32 folded over chunks in order. */
@@ -31,7 +32,8 @@ const SLOTS = 3;
 
 /** A CRC-32 stream for about `expectedBytes` bytes, through `codec` or its thread. */
 export function crc32Stream(codec: Codec, expectedBytes: number): Crc32Stream {
-  if (expectedBytes >= THREAD_CRC_FROM && codec.name === "node:zlib") {
+  // With the native CRC-32 (kernels.crc32) the main thread folds a chunk in less time than a copy to the thread takes.
+  if (expectedBytes >= THREAD_CRC_FROM && codec.name === "node:zlib" && kernels.crc32 === undefined) {
     const thread = crcThread();
     if (thread !== undefined) return thread.stream();
   }

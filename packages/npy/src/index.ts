@@ -3,6 +3,7 @@
  * and from safetensors), lossless, streaming, without numpy.
  */
 export { loadCodec, type Codec } from "./Codec.js";
+export { type CrcCounted, crcCounted } from "./crcTensor.js";
 export { THREAD_CRC_FROM, type Crc32Stream, crc32Stream, withCrc32 } from "./crcThread.js";
 export { FORTRAN_SLAB_SIZE, FORTRAN_SLAB_SIZE_SYNC } from "./fortranToC.js";
 export {

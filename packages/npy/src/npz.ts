@@ -12,6 +12,7 @@ import {
   type ByteInput,
   type ByteSink,
   DEFAULT_CHUNK_SIZE,
+  KERNEL_COPY_FROM,
   type Dtype,
   type Metadata,
   StConvertError,
@@ -451,6 +452,15 @@ export async function writeNpz(source: TensorSource, sink: ByteSink, options: Np
       else if (options.crcPrePass !== false && tensor.byteLength <= SMALL_TENSOR) {
         // One read into memory serves the CRC and the copy.
         await zip.addStoredBytes(member, [header, await readTensorBytes(tensor)]);
+      } else if (
+        options.crcPrePass !== false &&
+        zip.canPatch &&
+        tensor.byteLength >= KERNEL_COPY_FROM &&
+        sink.copyFrom !== undefined &&
+        tensor.extent !== undefined
+      ) {
+        // Bytes that lie as they are in a file: piped whole, copied in the kernel where the sink can.
+        await zip.addStoredTensor(member, header, tensor, chunkSize);
       } else if (options.crcPrePass !== false && zip.canPatch) {
         // A sink that can seek: one pass, the CRC written into the local header after the data.
         await zip.addStoredPatched(member, header.byteLength + tensor.byteLength, data());

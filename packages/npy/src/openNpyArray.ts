@@ -11,6 +11,7 @@ import {
   type ScratchSpace,
   StConvertError,
   type TensorEntry,
+  type TensorExtent,
   swapBytesInPlace,
   toSafeNumber,
   withContext,
@@ -169,6 +170,23 @@ class NpyTensor implements TensorEntry {
     // Whole elements per chunk, so that a byte swap never straddles two chunks.
     const block = chunkSize >= itemSize ? chunkSize - (chunkSize % itemSize) : itemSize;
     return this.#chunks(fortran ? this.#repacked(block) : this.#stored(block, reuse), chunkSize);
+  }
+
+  /** Where the array's bytes lie, when they pass through as they are (C order, nothing to swap, not inflated). */
+  extent(): TensorExtent | undefined {
+    const { fortran, dataOffset, swapUnit, options } = this.layout;
+    if (fortran || swapUnit > 1 || this.payload.extent === undefined) return undefined;
+    const extent = this.payload.extent(dataOffset, this.byteLength);
+    const check = extent.check;
+    if (check === undefined) return extent;
+    return {
+      source: extent.source,
+      offset: extent.offset,
+      check: () =>
+        check().catch((error: unknown) => {
+          throw withContext(error, { file: options.file, tensor: this.name });
+        }),
+    };
   }
 
   async *#chunks(source: AsyncGenerator<Uint8Array>, chunkSize: number): AsyncGenerator<Uint8Array> {

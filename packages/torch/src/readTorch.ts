@@ -15,6 +15,7 @@ import {
   type Metadata,
   StConvertError,
   type TensorEntry,
+  type TensorExtent,
   type TensorSource,
   compareCodePoints,
   createMetadata,
@@ -244,6 +245,8 @@ interface StorageBytes {
   readonly readInto: ((offset: number, target: Uint8Array) => void) | undefined;
   /** Resolves once random reads may start (a stored member's CRC-32 checked). */
   ready(): Promise<void>;
+  /** Where `[offset, offset + length)` lies in the file, with the check to run alongside a copy of it; absent for a deflated member. */
+  readonly extent?: (offset: number, length: number) => TensorExtent;
 }
 
 function crcError(member: ZipMember, actual: number): StConvertError {
@@ -293,6 +296,8 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
     },
     readInto: source.readIntoSync === undefined ? undefined : (offset, target) => source.readIntoSync!(member.dataOffset + offset, target),
     ready: verify,
+    // The CRC-32 pass runs while the copy does, once per member however many tensors share it.
+    extent: (offset) => ({ source, offset: member.dataOffset + offset, check: checked ? undefined : verify }),
   };
 }
 
@@ -316,6 +321,7 @@ function legacyStorage(source: ByteSource, dataOffset: number, size: number): St
     read: (offset, length) => source.read(dataOffset + offset, length),
     readInto: source.readIntoSync === undefined ? undefined : (offset, target) => source.readIntoSync!(dataOffset + offset, target),
     ready: async () => {},
+    extent: (offset) => ({ source, offset: dataOffset + offset }),
   };
 }
 
@@ -918,6 +924,21 @@ function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEnd
       } catch (error) {
         throw withContext(error, { tensor: name });
       }
+    },
+    // Bytes that pass as they are: a contiguous view, nothing to swap, no bool to normalize.
+    extent() {
+      if (length === 0 || !contiguous || unit > 1 || bool || storage.extent === undefined) return undefined;
+      const extent = storage.extent(ref.offset * ref.dtype.size, length);
+      const check = extent.check;
+      if (check === undefined) return extent;
+      return {
+        source: extent.source,
+        offset: extent.offset,
+        check: () =>
+          check().catch((error: unknown) => {
+            throw withContext(error, { tensor: name });
+          }),
+      };
     },
   };
 }

@@ -14,17 +14,19 @@
 import {
   type ByteSink,
   DEFAULT_CHUNK_SIZE,
+  KERNEL_COPY_FROM,
   type Dtype,
   StConvertError,
   type TensorEntry,
   type TensorSource,
   checkedByteLength,
   exactChunks,
+  pipeTensor,
   hasLoneSurrogate,
   quoteName,
   withContext,
 } from "@st-convert/core";
-import { type Codec, loadCodec } from "@st-convert/npy";
+import { type Codec, crcCounted, loadCodec } from "@st-convert/npy";
 
 /** Options of {@link writeTorch}. */
 export interface TorchWriteOptions {
@@ -346,6 +348,21 @@ class TorchZipWriter {
 
   /** A stored record: local header (version 0, CRC and sizes 0) padded to the alignment, its data, a data descriptor. Returns its CRC-32. */
   async add(name: string, data: AsyncIterable<Uint8Array>): Promise<number> {
+    const offset = this.#offset;
+    const nameBytes = await this.#localHeader(name);
+    let crc = 0;
+    let size = 0;
+    for await (const chunk of data) {
+      const writing = this.#put(chunk);
+      crc = this.#codec.crc32(chunk, crc);
+      size += chunk.byteLength;
+      await writing;
+    }
+    return this.#descriptor(nameBytes, offset, crc, size);
+  }
+
+  /** Puts a record's local header (version 0, CRC and sizes 0), padded so that its data starts on the alignment; returns the encoded name. */
+  async #localHeader(name: string): Promise<Uint8Array> {
     const nameBytes = this.#encoder.encode(name);
     const offset = this.#offset;
     const unpadded = offset + 30 + nameBytes.byteLength + 4;
@@ -361,14 +378,11 @@ class TorchZipWriter {
     v.setUint16(32 + nameBytes.byteLength, padding, true);
     header.fill(0x5a, 34 + nameBytes.byteLength); // "Z"
     await this.#put(header);
-    let crc = 0;
-    let size = 0;
-    for await (const chunk of data) {
-      const writing = this.#put(chunk);
-      crc = this.#codec.crc32(chunk, crc);
-      size += chunk.byteLength;
-      await writing;
-    }
+    return nameBytes;
+  }
+
+  /** Puts a record's data descriptor and enters the record for the central directory; returns `crc`. */
+  async #descriptor(nameBytes: Uint8Array, offset: number, crc: number, size: number): Promise<number> {
     const zip64 = size >= this.#zip64;
     const descriptor = new Uint8Array(zip64 ? 24 : 16);
     const dv = new DataView(descriptor.buffer);
@@ -384,6 +398,20 @@ class TorchZipWriter {
     await this.#put(descriptor);
     this.#entries.push({ name: nameBytes, crc32: crc, size, offset });
     return crc;
+  }
+
+  /**
+   * A tensor's record as {@link TorchZipWriter.add} writes it, the tensor piped straight to the
+   * sink (`pipeTensor`: copied in the kernel where the sink can copy from its extent, the CRC-32
+   * then taken by a read of its own alongside). Returns its CRC-32.
+   */
+  async addTensor(name: string, tensor: TensorEntry, chunkSize: number): Promise<number> {
+    const offset = this.#offset;
+    const nameBytes = await this.#localHeader(name);
+    const counted = crcCounted(tensor, this.#codec);
+    await pipeTensor(counted.entry, this.#sink, chunkSize);
+    this.#offset += tensor.byteLength;
+    return this.#descriptor(nameBytes, offset, counted.crc(), tensor.byteLength);
   }
 
   /** The central directory, then the ZIP64 end record and locator (torch writes them always), then the end record. */
@@ -517,7 +545,11 @@ export async function writeTorch(source: TensorSource, sink: ByteSink, options: 
   for (const t of planned) {
     if (t.alias) continue;
     try {
-      await record(`data/${t.key}`, exactChunks(t.tensor, { chunkSize, reuse: true }));
+      const name = `${root}/data/${t.key}`;
+      // A tensor whose bytes lie as they are in a file is piped whole, copied in the kernel where the sink can.
+      if (t.tensor.byteLength >= KERNEL_COPY_FROM && sink.copyFrom !== undefined && t.tensor.extent !== undefined) {
+        crcs.push(await zip.addTensor(name, t.tensor, chunkSize));
+      } else await record(`data/${t.key}`, exactChunks(t.tensor, { chunkSize, reuse: true }));
     } catch (error) {
       throw withContext(error, { tensor: t.name });
     }

@@ -1,0 +1,195 @@
+import { existsSync, readFileSync, readdirSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  type ByteSink,
+  KERNEL_COPY_FROM,
+  KERNEL_COPY_STEP,
+  MemorySink,
+  type TensorEntry,
+  type TensorExtent,
+  bytesSource,
+  isStConvertError,
+  pipeTensor,
+  tensorFromBytes,
+} from "@st-convert/core";
+import { type AtomicFileSink, createFileSink, openFileSource } from "@st-convert/core/node";
+import { nativeAbsence, nativeIo } from "@st-convert/native";
+import { makeTempDir } from "@st-convert/testing";
+
+let dir: string;
+let cleanup: () => void;
+beforeEach(() => ({ dir, cleanup } = makeTempDir()));
+afterEach(() => cleanup());
+
+const native = nativeIo();
+if (native === undefined && process.env.ST_CONVERT_REQUIRE_NATIVE === "1") throw new Error(`the native module is required here: ${nativeAbsence}`);
+const withNative = native === undefined ? describe.skip : describe;
+
+function pattern(length: number, seed = 0): Uint8Array {
+  return Uint8Array.from({ length }, (_, i) => (i * 131 + seed) % 251);
+}
+
+async function fileSink(path: string): Promise<AtomicFileSink> {
+  const sink = await createFileSink(path);
+  if (sink.kind !== "file") throw new Error(`expected an atomic file sink, got ${sink.kind}`);
+  return sink;
+}
+
+withNative("a file sink's kernel copy (copyFrom)", () => {
+  it("appends a range of a file in order with the writes around it, buffered or not", async () => {
+    const data = pattern(5 * 1024 * 1024 + 17);
+    const input = join(dir, "in.bin");
+    writeFileSync(input, data);
+    const source = await openFileSource(input);
+    const sink = await fileSink(join(dir, "out.bin"));
+    try {
+      await sink.write(Uint8Array.of(1, 2, 3)); // buffered
+      await sink.copyFrom(source, 100, 2 * 1024 * 1024);
+      await sink.write(Uint8Array.of(4)); // buffered again, after the copy
+      const large = pattern(3 * 1024 * 1024, 9);
+      await sink.write(large); // written straight
+      await sink.copyFrom(source, data.byteLength - 17, 17);
+      await sink.patch!(1, Uint8Array.of(0xee)); // a patch in bytes before the copies still lands
+      expect(sink.kernelCopied).toBe(2 * 1024 * 1024 + 17);
+      await sink.close();
+      const out = readFileSync(join(dir, "out.bin"));
+      const expected = Buffer.concat([
+        Uint8Array.of(1, 0xee, 3),
+        data.subarray(100, 100 + 2 * 1024 * 1024),
+        Uint8Array.of(4),
+        large,
+        data.subarray(data.byteLength - 17),
+      ]);
+      expect(out.equals(expected)).toBe(true);
+    } finally {
+      await source.close();
+    }
+  });
+
+  it("declines, having written nothing, a source that is not a local file", async () => {
+    const sink = await fileSink(join(dir, "out.bin"));
+    expect(sink.copyFrom(bytesSource(pattern(10)), 0, 10)).toBeUndefined();
+    await sink.close();
+    expect(statSync(join(dir, "out.bin")).size).toBe(0);
+  });
+
+  it("refuses a range past the source's end before copying, and a source that shrank while copied", async () => {
+    const input = join(dir, "in.bin");
+    writeFileSync(input, pattern(2 * 1024 * 1024));
+    const source = await openFileSource(input);
+    try {
+      const sink = await fileSink(join(dir, "out.bin"));
+      const past = await sink.copyFrom(source, 1, 2 * 1024 * 1024)!.catch((error: unknown) => error);
+      expect(isStConvertError(past) && past.code).toBe("UnexpectedEof");
+      await sink.abort();
+      truncateSync(input, 1024 * 1024);
+      const shrunk = await fileSink(join(dir, "out2.bin"));
+      const error = await shrunk.copyFrom(source, 0, 2 * 1024 * 1024)!.catch((e: unknown) => e);
+      expect(isStConvertError(error) && error.code).toBe("UnexpectedEof");
+      expect(String((error as Error).message)).toMatch(/ended at byte 1048576 while 2097152 were expected/);
+      await shrunk.abort();
+      expect(readdirSync(dir)).toEqual(["in.bin"]);
+    } finally {
+      await source.close();
+    }
+  });
+
+  it("copies through memory, with the same bytes, where the kernel refuses the pair of files (another file system)", async (context) => {
+    // /dev/shm is a tmpfs on Linux, the temporary folder usually not: copy_file_range answers EXDEV.
+    if (!existsSync("/dev/shm") || statSync("/dev/shm").dev === statSync(dir).dev) {
+      context.skip("no second file system to copy from here");
+      return;
+    }
+    const input = join("/dev/shm", `st-convert-kernel-${process.pid}.bin`);
+    const data = pattern(3 * 1024 * 1024 + 5, 3);
+    writeFileSync(input, data);
+    const source = await openFileSource(input);
+    try {
+      const sink = await fileSink(join(dir, "out.bin"));
+      await sink.copyFrom(source, 5, 3 * 1024 * 1024);
+      // Refused once: the next copy is declined at once, so its caller pipes the bytes itself.
+      expect(sink.copyFrom(source, 0, 5)).toBeUndefined();
+      expect(sink.kernelCopied).toBe(0);
+      await sink.close();
+      expect(readFileSync(join(dir, "out.bin")).equals(data.subarray(5))).toBe(true);
+    } finally {
+      await source.close();
+      rmSync(input, { force: true });
+    }
+  });
+});
+
+describe("pipeTensor with an extent", () => {
+  /** A sink whose copyFrom records each piece and appends the source's bytes (or declines). */
+  class CopyingSink extends MemorySink implements ByteSink {
+    readonly pieces: [number, number][] = [];
+    constructor(private readonly accept: boolean) {
+      super();
+    }
+    copyFrom(source: { read(o: number, l: number): Promise<Uint8Array> }, offset: number, length: number): Promise<void> | undefined {
+      if (!this.accept) return undefined;
+      this.pieces.push([offset, length]);
+      return source.read(offset, length).then((bytes) => this.write(bytes));
+    }
+  }
+
+  function tensorWithExtent(bytes: Uint8Array, extent: (inner: TensorExtent) => TensorExtent): TensorEntry & { passes: number } {
+    const base = tensorFromBytes({ name: "w", dtype: "U8", shape: [bytes.byteLength] }, bytes);
+    const padded = new Uint8Array(3 + bytes.byteLength).fill(9);
+    padded.set(bytes, 3);
+    const source = bytesSource(padded);
+    const entry = {
+      ...base,
+      passes: 0,
+      chunks(options?: Parameters<TensorEntry["chunks"]>[0]) {
+        entry.passes++;
+        return base.chunks(options);
+      },
+      extent: () => extent({ source, offset: 3 }),
+    };
+    return entry;
+  }
+
+  it("copies a large tensor by its extent, in pieces, telling each, with its check alongside", async () => {
+    const bytes = pattern(KERNEL_COPY_FROM + 5);
+    let checked = 0;
+    const told: number[] = [];
+    const tensor = tensorWithExtent(bytes, (inner) => ({ ...inner, check: async () => void checked++, copied: (n) => told.push(n) }));
+    const sink = new CopyingSink(true);
+    await pipeTensor(tensor, sink);
+    expect(sink.pieces).toEqual([[3, KERNEL_COPY_FROM + 5]]);
+    expect(told).toEqual([KERNEL_COPY_FROM + 5]);
+    expect(checked).toBe(1);
+    expect(tensor.passes).toBe(0);
+    expect(Buffer.from(sink.bytes()).equals(bytes)).toBe(true);
+    expect(KERNEL_COPY_STEP).toBeGreaterThanOrEqual(KERNEL_COPY_FROM);
+  });
+
+  it("fails with the check's error, naming the tensor, and stops at a throw from copied()", async () => {
+    const bytes = pattern(KERNEL_COPY_FROM);
+    const bad = tensorWithExtent(bytes, (inner) => ({ ...inner, check: async () => Promise.reject(new Error("bad CRC")) }));
+    const error = await pipeTensor(bad, new CopyingSink(true)).catch((e: unknown) => e);
+    expect((error as Error).message).toMatch(/bad CRC/);
+    const stopped = tensorWithExtent(bytes, (inner) => ({
+      ...inner,
+      copied: () => {
+        throw new Error("aborted");
+      },
+    }));
+    await expect(pipeTensor(stopped, new CopyingSink(true))).rejects.toThrow(/aborted/);
+  });
+
+  it("pipes the chunks when the sink declines, and for a tensor below KERNEL_COPY_FROM", async () => {
+    const large = tensorWithExtent(pattern(KERNEL_COPY_FROM), (inner) => inner);
+    const declining = new CopyingSink(false);
+    await pipeTensor(large, declining);
+    expect(large.passes).toBe(1);
+    expect(Buffer.from(declining.bytes()).equals(pattern(KERNEL_COPY_FROM))).toBe(true);
+    const small = tensorWithExtent(pattern(100), (inner) => inner);
+    const accepting = new CopyingSink(true);
+    await pipeTensor(small, accepting);
+    expect(accepting.pieces).toEqual([]);
+    expect(small.passes).toBe(1);
+  });
+});

@@ -1,0 +1,239 @@
+/*
+ * st-convert's native helpers for Node on Linux, through Node-API (stable across Node versions):
+ *
+ *   copyRange(inFd, inOffset, outFd, outOffset, length) -> Promise<number>
+ *     copy_file_range(2) on the thread pool: `length` bytes from `inOffset` of one file to
+ *     `outOffset` of another (-1: at and advancing the output's file position), without the bytes
+ *     passing through user space. Resolves to the bytes copied (fewer only when the input ended);
+ *     rejects with an Error carrying `errno` and `copied` (what was copied before the failure).
+ *
+ *   crc32(bytes, previous) -> number
+ *     CRC-32 (ISO-HDLC, as zip and zlib use it) of a Uint8Array, continuing from `previous`:
+ *     carry-less multiplication (PCLMULQDQ) folding 64 bytes per step where the CPU has it, a
+ *     slice-by-8 table elsewhere.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <node_api.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ---------- CRC-32 ---------- */
+
+/* table[k][b]: the register after byte b followed by k zero bytes (reflected polynomial 0xEDB88320). */
+static uint32_t table[8][256];
+
+static void make_table(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    table[0][i] = c;
+  }
+  for (uint32_t i = 0; i < 256; i++)
+    for (int k = 1; k < 8; k++) table[k][i] = table[0][table[k - 1][i] & 0xff] ^ (table[k - 1][i] >> 8);
+}
+
+static uint32_t le32(const uint8_t* p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Advances the raw register `r` (no pre- or post-inversion) over `n` bytes, eight at a time. */
+static uint32_t crc_table(uint32_t r, const uint8_t* p, size_t n) {
+  for (; n >= 8; p += 8, n -= 8) {
+    uint32_t a = r ^ le32(p), b = le32(p + 4);
+    r = table[7][a & 0xff] ^ table[6][(a >> 8) & 0xff] ^ table[5][(a >> 16) & 0xff] ^ table[4][a >> 24] ^
+        table[3][b & 0xff] ^ table[2][(b >> 8) & 0xff] ^ table[1][(b >> 16) & 0xff] ^ table[0][b >> 24];
+  }
+  for (; n > 0; p++, n--) r = table[0][(r ^ *p) & 0xff] ^ (r >> 8);
+  return r;
+}
+
+#if defined(__x86_64__)
+/*
+ * The register over `n` >= 64 bytes by folding: four 128-bit lanes each multiplied forward by
+ * x^512 (mod P) and added to the next 64 bytes, then folded into one lane by x^128 steps. The lane
+ * left is congruent to everything read, so the table finishes it as 16 bytes read from a zero
+ * register, then reads the tail. The constants are x^n mod P, bit-reflected and shifted left by one
+ * as carry-less multiplication of reflected operands requires: for each lane half, n = 512 + 32 and
+ * 512 - 32 (the 64-byte step), 128 + 32 and 128 - 32 (the 16-byte step).
+ */
+__attribute__((target("pclmul,sse2"))) static uint32_t crc_fold(uint32_t r, const uint8_t* p, size_t n) {
+  const __m128i by64 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
+  const __m128i by16 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
+  __m128i x0 = _mm_xor_si128(_mm_loadu_si128((const __m128i*)p), _mm_cvtsi32_si128((int)r));
+  __m128i x1 = _mm_loadu_si128((const __m128i*)(p + 16));
+  __m128i x2 = _mm_loadu_si128((const __m128i*)(p + 32));
+  __m128i x3 = _mm_loadu_si128((const __m128i*)(p + 48));
+  p += 64;
+  n -= 64;
+#define FOLD(x, k, next)                                      \
+  do {                                                        \
+    __m128i low_ = _mm_clmulepi64_si128((x), (k), 0x00);      \
+    (x) = _mm_clmulepi64_si128((x), (k), 0x11);               \
+    (x) = _mm_xor_si128(_mm_xor_si128((x), low_), (next));    \
+  } while (0)
+  for (; n >= 64; p += 64, n -= 64) {
+    FOLD(x0, by64, _mm_loadu_si128((const __m128i*)p));
+    FOLD(x1, by64, _mm_loadu_si128((const __m128i*)(p + 16)));
+    FOLD(x2, by64, _mm_loadu_si128((const __m128i*)(p + 32)));
+    FOLD(x3, by64, _mm_loadu_si128((const __m128i*)(p + 48)));
+  }
+  FOLD(x0, by16, x1);
+  FOLD(x0, by16, x2);
+  FOLD(x0, by16, x3);
+  for (; n >= 16; p += 16, n -= 16) FOLD(x0, by16, _mm_loadu_si128((const __m128i*)p));
+#undef FOLD
+  uint8_t lane[16];
+  _mm_storeu_si128((__m128i*)lane, x0);
+  return crc_table(crc_table(0, lane, 16), p, n);
+}
+#endif
+
+static int can_fold;
+
+static uint32_t crc32_of(uint32_t previous, const uint8_t* p, size_t n) {
+  uint32_t r = ~previous;
+#if defined(__x86_64__)
+  if (can_fold && n >= 64) return ~crc_fold(r, p, n);
+#endif
+  return ~crc_table(r, p, n);
+}
+
+/* ---------- Node-API glue ---------- */
+
+static napi_value fail(napi_env env, const char* message) {
+  napi_throw_type_error(env, NULL, message);
+  return NULL;
+}
+
+static int get_double(napi_env env, napi_value value, double* out) {
+  return napi_get_value_double(env, value, out) == napi_ok;
+}
+
+static napi_value crc32_js(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return fail(env, "crc32(bytes, previous)");
+  bool is_typed = false;
+  napi_is_typedarray(env, argv[0], &is_typed);
+  if (!is_typed) return fail(env, "crc32: bytes must be a Uint8Array");
+  napi_typedarray_type type;
+  size_t length = 0;
+  void* data = NULL;
+  if (napi_get_typedarray_info(env, argv[0], &type, &length, &data, NULL, NULL) != napi_ok || type != napi_uint8_array)
+    return fail(env, "crc32: bytes must be a Uint8Array");
+  uint32_t previous = 0;
+  if (argc > 1) {
+    napi_valuetype kind;
+    napi_typeof(env, argv[1], &kind);
+    if (kind != napi_undefined && napi_get_value_uint32(env, argv[1], &previous) != napi_ok) return fail(env, "crc32: previous must be a number");
+  }
+  napi_value result;
+  napi_create_uint32(env, length == 0 ? previous : crc32_of(previous, data, length), &result);
+  return result;
+}
+
+typedef struct {
+  napi_async_work work;
+  napi_deferred deferred;
+  int in_fd, out_fd;
+  int64_t in_offset, out_offset, length, copied;
+  int error;
+} copy_job;
+
+/* Runs on a thread of the pool: no JavaScript, no Node-API calls. */
+static void copy_run(napi_env env, void* data) {
+  (void)env;
+  copy_job* job = data;
+  loff_t in = job->in_offset, out = job->out_offset;
+  while (job->copied < job->length) {
+    int64_t left = job->length - job->copied;
+    size_t step = left > (1 << 30) ? (size_t)1 << 30 : (size_t)left;
+    ssize_t done = copy_file_range(job->in_fd, &in, job->out_fd, job->out_offset < 0 ? NULL : &out, step, 0);
+    if (done < 0) {
+      if (errno == EINTR) continue;
+      job->error = errno;
+      return;
+    }
+    if (done == 0) return; /* the input ended */
+    job->copied += done;
+  }
+}
+
+static void copy_done(napi_env env, napi_status status, void* data) {
+  copy_job* job = data;
+  napi_value copied;
+  napi_create_double(env, (double)job->copied, &copied);
+  if (status != napi_ok || job->error != 0) {
+    napi_value message, error, code;
+    napi_create_string_utf8(env, status != napi_ok ? "copy cancelled" : strerror(job->error), NAPI_AUTO_LENGTH, &message);
+    napi_create_error(env, NULL, message, &error);
+    napi_create_int32(env, job->error, &code);
+    napi_set_named_property(env, error, "errno", code);
+    napi_set_named_property(env, error, "copied", copied);
+    napi_reject_deferred(env, job->deferred, error);
+  } else {
+    napi_resolve_deferred(env, job->deferred, copied);
+  }
+  napi_delete_async_work(env, job->work);
+  free(job);
+}
+
+static int whole(double value, double min) {
+  return value >= min && value <= 9007199254740991.0 && value == (double)(int64_t)value;
+}
+
+static napi_value copy_range_js(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  double in_fd, in_offset, out_fd, out_offset, length;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 5 || !get_double(env, argv[0], &in_fd) ||
+      !get_double(env, argv[1], &in_offset) || !get_double(env, argv[2], &out_fd) || !get_double(env, argv[3], &out_offset) ||
+      !get_double(env, argv[4], &length) || !whole(in_fd, 0) || !whole(out_fd, 0) || in_fd > 2147483647.0 ||
+      out_fd > 2147483647.0 || !whole(in_offset, 0) || !whole(out_offset, -1) || !whole(length, 0))
+    return fail(env, "copyRange(inFd, inOffset, outFd, outOffset, length): whole numbers, outOffset -1 for the file position");
+  copy_job* job = calloc(1, sizeof *job);
+  if (job == NULL) return fail(env, "copyRange: out of memory");
+  job->in_fd = (int)in_fd;
+  job->out_fd = (int)out_fd;
+  job->in_offset = (int64_t)in_offset;
+  job->out_offset = (int64_t)out_offset;
+  job->length = (int64_t)length;
+  napi_value promise, name;
+  napi_create_promise(env, &job->deferred, &promise);
+  napi_create_string_utf8(env, "st-convert.copyRange", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_async_work(env, NULL, name, copy_run, copy_done, job, &job->work) != napi_ok || napi_queue_async_work(env, job->work) != napi_ok) {
+    free(job);
+    return fail(env, "copyRange: cannot queue the copy");
+  }
+  return promise;
+}
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* Once per process, whichever thread (main or a batch's worker) loads the module first. */
+static void initialize(void) {
+  make_table();
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  can_fold = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse2");
+#endif
+}
+
+NAPI_MODULE_INIT() {
+  pthread_once(&once, initialize);
+  napi_value fn, flag;
+  napi_create_function(env, "copyRange", NAPI_AUTO_LENGTH, copy_range_js, NULL, &fn);
+  napi_set_named_property(env, exports, "copyRange", fn);
+  napi_create_function(env, "crc32", NAPI_AUTO_LENGTH, crc32_js, NULL, &fn);
+  napi_set_named_property(env, exports, "crc32", fn);
+  napi_get_boolean(env, can_fold != 0, &flag);
+  napi_set_named_property(env, exports, "crc32Folds", flag);
+  return exports;
+}

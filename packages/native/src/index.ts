@@ -1,0 +1,71 @@
+/**
+ * `@st-convert/native`: the optional native helpers of st-convert under Node on Linux, a kernel
+ * copy between files (`copy_file_range`) and a fast CRC-32. {@link nativeIo} loads them once, or
+ * says they are not there: every caller has a JavaScript path that gives the same bytes.
+ */
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+/** What the native module offers. */
+export interface NativeIo {
+  /**
+   * Copies `length` bytes from `inOffset` of the file open as `inFd` to `outOffset` of the file
+   * open as `outFd` (-1: at its file position, which then advances), in the kernel, on Node's
+   * thread pool. Resolves to the bytes copied: fewer than `length` only when the input ended.
+   * Rejects with an Error whose `errno` is the system's error number and `copied` the bytes copied
+   * before it (`EXDEV`, `EINVAL`, `EOPNOTSUPP`: this pair of files cannot be copied so; copy through memory).
+   */
+  copyRange(inFd: number, inOffset: number, outFd: number, outOffset: number, length: number): Promise<number>;
+  /** CRC-32 (ISO-HDLC, as zip uses it) of `bytes`, continuing from `previous` (default 0). */
+  crc32(bytes: Uint8Array, previous?: number): number;
+  /** Whether the CRC-32 folds with carry-less multiplication (PCLMULQDQ) on this CPU, rather than using a table. */
+  readonly crc32Folds: boolean;
+}
+
+/** The error `copyRange` rejects with. */
+export interface CopyRangeError extends Error {
+  readonly errno: number;
+  readonly copied: number;
+}
+
+/** Why {@link nativeIo} returned undefined, once it has been called. */
+export let nativeAbsence: string | undefined;
+
+let loaded: NativeIo | undefined | null;
+
+/**
+ * The native helpers, loaded on first call; undefined when they were not built for this machine
+ * (no compiler at set-up, another platform or CPU) or `ST_CONVERT_NATIVE=0` turns them off.
+ */
+export function nativeIo(): NativeIo | undefined {
+  if (loaded !== undefined) return loaded ?? undefined;
+  loaded = load();
+  return loaded ?? undefined;
+}
+
+function load(): NativeIo | null {
+  if (process.env.ST_CONVERT_NATIVE === "0") return absent("turned off by ST_CONVERT_NATIVE=0");
+  const built = new URL("./fastio.json", import.meta.url);
+  let target: { platform?: string; arch?: string };
+  try {
+    target = JSON.parse(readFileSync(built, "utf8"));
+  } catch {
+    return absent("not built at set-up (no C compiler or no Node headers then)");
+  }
+  if (target.platform !== process.platform || target.arch !== process.arch) {
+    return absent(`built for ${target.platform}-${target.arch}, this is ${process.platform}-${process.arch}`);
+  }
+  try {
+    // process.dlopen, not require(): bundlers leave it alone, and the path is this file's neighbour wherever it lives.
+    const module = { exports: {} as NativeIo };
+    process.dlopen(module, fileURLToPath(new URL("./fastio.node", import.meta.url)));
+    return module.exports;
+  } catch (error) {
+    return absent(`cannot load fastio.node: ${(error as Error).message}`);
+  }
+}
+
+function absent(reason: string): null {
+  nativeAbsence = reason;
+  return null;
+}

@@ -1,0 +1,139 @@
+import { closeSync, fstatSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { constants } from "node:os";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { crc32 as zlibCrc32 } from "node:zlib";
+import { afterAll, describe, expect, it } from "vitest";
+// The built module: the loader finds fastio.node beside itself, in dist/.
+import { type CopyRangeError, nativeAbsence, nativeIo } from "../dist/index.js";
+
+const native = nativeIo();
+// .ci/run builds the module and requires these tests; elsewhere (no compiler) they are skipped with the reason.
+if (native === undefined && process.env.ST_CONVERT_REQUIRE_NATIVE === "1") throw new Error(`the native module is required here: ${nativeAbsence}`);
+if (native === undefined) console.log(`native tests skipped: ${nativeAbsence}`);
+const maybe = native === undefined ? describe.skip : describe;
+
+/** Deterministic bytes (xorshift), so a failure reproduces. */
+function bytes(length: number, seed = 1): Uint8Array {
+  const out = new Uint8Array(length);
+  let x = seed >>> 0 || 1;
+  for (let i = 0; i < length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    out[i] = x & 0xff;
+  }
+  return out;
+}
+
+maybe("crc32", () => {
+  const data = bytes(3 * 1024 * 1024 + 77);
+  it("equals zlib's for every length up to 300 bytes at every alignment, from any previous value", () => {
+    for (let offset = 0; offset < 16; offset++) {
+      for (let length = 0; length <= 300; length++) {
+        const part = data.subarray(offset, offset + length);
+        expect(native!.crc32(part, 0)).toBe(zlibCrc32(part, 0));
+        expect(native!.crc32(part, 0xdeadbeef)).toBe(zlibCrc32(part, 0xdeadbeef));
+      }
+    }
+  });
+  it("equals zlib's on long and odd-sized inputs, and continues across pieces", () => {
+    for (const length of [1024, 65_536 + 13, 1024 * 1024 - 1, data.byteLength]) {
+      const part = data.subarray(0, length);
+      expect(native!.crc32(part)).toBe(zlibCrc32(part));
+      const cut = Math.floor(length / 3) + 5;
+      expect(native!.crc32(part.subarray(cut), native!.crc32(part.subarray(0, cut)))).toBe(zlibCrc32(part));
+    }
+  });
+  it("is the check value of the CRC-32/ISO-HDLC catalogue entry", () => {
+    expect(native!.crc32(new TextEncoder().encode("123456789"))).toBe(0xcbf43926);
+  });
+  it("folds with PCLMULQDQ where /proc/cpuinfo lists it", () => {
+    const flags = readFileSync("/proc/cpuinfo", "utf8");
+    expect(native!.crc32Folds).toBe(process.arch === "x64" && /\bpclmulqdq\b/.test(flags));
+  });
+  it("refuses what is not a Uint8Array", () => {
+    expect(() => native!.crc32(new Uint16Array(4) as unknown as Uint8Array)).toThrow(TypeError);
+    expect(() => native!.crc32("text" as unknown as Uint8Array)).toThrow(TypeError);
+  });
+});
+
+maybe("copyRange", () => {
+  const dir = mkdtempSync(join(tmpdir(), "st-native-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const data = bytes(5 * 1024 * 1024 + 3, 7);
+  const input = join(dir, "in");
+  writeFileSync(input, data);
+
+  function readAll(path: string): Uint8Array {
+    return new Uint8Array(readFileSync(path));
+  }
+
+  it("copies a range to an offset, and at the file position, which it advances", async () => {
+    const inFd = openSync(input, "r");
+    const outPath = join(dir, "out");
+    const outFd = openSync(outPath, "w");
+    try {
+      writeSync(outFd, new Uint8Array([1, 2, 3]));
+      expect(await native!.copyRange(inFd, 1000, outFd, -1, 3 * 1024 * 1024)).toBe(3 * 1024 * 1024);
+      writeSync(outFd, new Uint8Array([9]));
+      expect(await native!.copyRange(inFd, 17, outFd, 10, 5)).toBe(5);
+      expect(fstatSync(outFd).size).toBe(3 + 3 * 1024 * 1024 + 1);
+    } finally {
+      closeSync(inFd);
+      closeSync(outFd);
+    }
+    const out = readAll(outPath);
+    expect(out.subarray(0, 3)).toEqual(new Uint8Array([1, 2, 3]));
+    expect(out.subarray(10, 15)).toEqual(data.subarray(17, 22));
+    // Buffer.equals: vitest's deep equality takes seconds over megabytes.
+    expect(Buffer.from(out.subarray(15, 3 + 3 * 1024 * 1024)).equals(data.subarray(1000 + 12, 1000 + 3 * 1024 * 1024))).toBe(true);
+    expect(out[3 + 3 * 1024 * 1024]).toBe(9);
+  });
+
+  it("stops at the end of the input and says how much it copied", async () => {
+    const inFd = openSync(input, "r");
+    const outFd = openSync(join(dir, "short"), "w");
+    try {
+      expect(await native!.copyRange(inFd, data.byteLength - 10, outFd, 0, 100)).toBe(10);
+      const back = new Uint8Array(10);
+      const readFd = openSync(join(dir, "short"), "r");
+      readSync(readFd, back, 0, 10, 0);
+      closeSync(readFd);
+      expect(back).toEqual(data.subarray(data.byteLength - 10));
+    } finally {
+      closeSync(inFd);
+      closeSync(outFd);
+    }
+  });
+
+  it("rejects with the system's error number: a descriptor that is not open, an output opened read-only", async () => {
+    const inFd = openSync(input, "r");
+    try {
+      const notOpen = (await native!.copyRange(inFd, 0, 1_000_000, 0, 10).catch((error: unknown) => error)) as CopyRangeError;
+      expect(notOpen.errno).toBe(constants.errno.EBADF);
+      expect(notOpen.copied).toBe(0);
+      const readOnly = (await native!.copyRange(inFd, 0, inFd, 0, 10).catch((error: unknown) => error)) as CopyRangeError;
+      expect([constants.errno.EBADF, constants.errno.EINVAL]).toContain(readOnly.errno);
+    } finally {
+      closeSync(inFd);
+    }
+  });
+
+  it("refuses arguments that are not whole numbers in range", () => {
+    expect(() => native!.copyRange(0, -1, 1, 0, 1)).toThrow(TypeError);
+    expect(() => native!.copyRange(0, 0, 1, -2, 1)).toThrow(TypeError);
+    expect(() => native!.copyRange(0, 0.5, 1, 0, 1)).toThrow(TypeError);
+    expect(() => native!.copyRange(0, 0, 1, 0, 2 ** 53)).toThrow(TypeError);
+    expect(() => (native!.copyRange as (...args: unknown[]) => unknown)(0, 0, 1)).toThrow(TypeError);
+  });
+});
+
+describe("nativeIo", () => {
+  it("is undefined, with the reason, when ST_CONVERT_NATIVE=0", async () => {
+    const { spawnSync } = await import("node:child_process");
+    const script = `import("${new URL("../dist/index.js", import.meta.url).href}").then((m) => console.log(JSON.stringify([m.nativeIo() === undefined, m.nativeAbsence])))`;
+    const run = spawnSync(process.execPath, ["-e", script], { encoding: "utf8", env: { ...process.env, ST_CONVERT_NATIVE: "0" } });
+    expect(JSON.parse(run.stdout)).toEqual([true, "turned off by ST_CONVERT_NATIVE=0"]);
+  });
+});
