@@ -38,6 +38,7 @@ import { cpus, release, totalmem } from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { nativeAbsence, nativeIo } from "../packages/native/dist/index.js";
 import { measure as measureCommand } from "../scripts/measure.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -58,6 +59,8 @@ const { values } = parseArgs({
 });
 
 const size = parseSize(values.size);
+/** Whether the CLI runs with the native module here (it loads the same build). */
+const native = nativeIo();
 const runs = Number(values.runs);
 const work = resolve(root, values.dir);
 const cli = join(root, "packages", "cli", "dist", "st-convert.js");
@@ -446,9 +449,10 @@ function report(rows, big, many) {
     "",
     `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of interleaved runs after one untimed run each.`,
     `- Node ${process.version}; ${pyVersions}.`,
+    `- st-convert's native module (\`@st-convert/native\`): ${native === undefined ? `not loaded (${nativeAbsence}): every copy goes through user space, CRCs through zlib` : "loaded: pass-through tensors are copied in the kernel (`copy_file_range`), CRC-32 folds with PCLMULQDQ"}. Rows keep the figures of the run that last measured them, with or without it.`,
     `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, \`sync\` before every run, no fsync inside it, for every contestant.`,
     "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
-    '- States (`--state`): **fresh** is the machine just after `sync`, dropping the page cache and compacting memory; **aged** is fresh, then 60 % of memory (at most 16 GiB) written as 16 files in round-robin 64 KiB pieces and 15 of them deleted, which leaves a sixteenth of it in page cache, one 64 KiB piece in every 1 MiB of the memory it went through: free memory plentiful but in pieces under 1 MiB, as hours of ordinary work leave it (see "The aged state" below). Both are made before each row, so a row does not depend on what ran before it.',
+    '- States (`--state`): **fresh** is the machine just after `sync`, dropping the page cache and compacting memory; **aged** is fresh, then 60 % of memory (at most 16 GiB) written as 16 files in round-robin 64 KiB pieces and 15 of them deleted, which leaves a sixteenth of it in page cache, one 64 KiB piece in every 1 MiB of the memory it went through: free memory plentiful but in pieces under 1 MiB, as hours of ordinary work leave it (see "Reading these figures" below). Both are made before each row, so a row does not depend on what ran before it.',
   ];
   for (const state of STATES) {
     const inState = rows.filter((r) => r.state === state);
@@ -492,7 +496,7 @@ function report(rows, big, many) {
     "## Reading these figures",
     "",
     "- The machine is shared: the same command varies by 20–50 % between runs, and the Python pipelines by more. Ratios near a target flip between runs; the raw times below show the spread.",
-    "- st-convert copies through user space: a read and a write per 2 MiB chunk, from a ring of three reused buffers, one chunk's write running while the next is read; `cp` copies in the kernel (`copy_file_range`), one copy instead of two. Node's own start-up is about 50 ms of each run here (35 ms of it from this machine's `NODE_EXTRA_CA_CERTS`, which Node loads before any script runs); st-convert's bundle adds about 7 ms.",
+    "- With the native module, st-convert copies a tensor whose bytes pass as they are in the kernel (`copy_file_range`, 64 MiB per call), as `cp` does; a check it owes (a stored member's CRC-32) reads the bytes alongside. Without it, a read and a write per 2 MiB chunk, from a ring of three reused buffers. At 1 GiB `cp` takes 0.2–0.3 s here, and Node's own start-up about 0.1 s of each run (35 ms of it from this machine's `NODE_EXTRA_CA_CERTS`, which Node loads before any script runs), plus ~10 ms for st-convert's bundle: that alone puts a 1 GiB pass-through at 1.4× `cp` or more. Where the input's and output's offsets lie at different places within a page (npy, npz, flax and PyTorch data against a safetensors header), `copy_file_range` moves each page in two parts and took 1.5–2× as long as an equally placed copy in an experiment here (0.35–0.44 s against 0.22–0.24 s for 1 GiB); a write from the input mapped in 8 MiB windows took 0.18–0.31 s there, and is the next step.",
     "- Chunks of 4 MiB made most runs on this machine spend 2–3× the system time in page-cache writes (2.0–2.3× `cp` against 1.1–1.4× with 2 MiB, same paths, medians of 9–11 runs), hence the 2 MiB default.",
     "- A stored `.npz` adds the CRC-32 check of every member (zlib's crc32, about 0.15 s of CPU per GiB). It is folded in while the chunk before is being written, but on 2 cores it still competes with the read and the write for CPU time (stored npz: 1.3–1.4× `cp` in separate A/B runs, safetensors and npy 1.0–1.25×). The check stays: an archive whose bytes do not match their CRC is refused, as numpy's zipfile refuses it.",
     "- Outputs of several GiB: on this VM, write calls of 1 MiB or more into fresh page cache often cost 2–10× the system time, more so as the page cache fills memory (ext4 on Linux 6.18 apparently allocates page-cache folios as large as the write, which fragmented memory makes expensive). 4 GiB safetensors → safetensors took 3.2–4.3 s against `cp`'s 1.2–1.3 s; the 8 GiB rows above show it too. Writes of 512 KiB avoid it (1.3–1.4 s at 4 GiB), but cost 20–40 % more at 1 GiB when issued through Node's thread pool, and made synchronous they serialize the npz CRC with the write (1.87× `cp` at 1 GiB); picking the write size by output size is the open follow-up. The stored npz path, paced by its CRC, does not show it (8 GiB: 4.2 s, `cp` 3.7 s).",
