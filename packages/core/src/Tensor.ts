@@ -62,6 +62,21 @@ export interface TensorExtent {
   copied?(bytes: number): void;
 }
 
+/** `extent` with the errors of its check given `where` (the file, the tensor) when they lack it, as `chunks()` would name them. */
+export function extentNamed(extent: TensorExtent, where: { file?: string; tensor?: string }): TensorExtent {
+  const check = extent.check;
+  if (check === undefined) return extent;
+  return {
+    source: extent.source,
+    offset: extent.offset,
+    copied: extent.copied,
+    check: () =>
+      check().catch((error: unknown) => {
+        throw withContext(error, where);
+      }),
+  };
+}
+
 /**
  * Tensors from this size are copied by a sink's `copyFrom` where it can: below it, a copy through
  * the thread pool costs more than the sink's buffer (a write of 50,000 tiny tensors stays there).

@@ -73,6 +73,7 @@ export {
   compareCodePoints,
   createMetadata,
   exactChunks,
+  extentNamed,
   hasLoneSurrogate,
   pipeTensor,
   readAhead,

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { crc32 as zlibCrc32 } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 // The built module: the loader finds fastio.node beside itself, in dist/.
+import { pseudoRandomBytes } from "@st-convert/testing";
 import { type CopyRangeError, nativeAbsence, nativeIo } from "../dist/index.js";
 
 const native = nativeIo();
@@ -13,21 +14,8 @@ if (native === undefined && process.env.ST_CONVERT_REQUIRE_NATIVE === "1") throw
 if (native === undefined) console.log(`native tests skipped: ${nativeAbsence}`);
 const maybe = native === undefined ? describe.skip : describe;
 
-/** Deterministic bytes (xorshift), so a failure reproduces. */
-function bytes(length: number, seed = 1): Uint8Array {
-  const out = new Uint8Array(length);
-  let x = seed >>> 0 || 1;
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
-
 maybe("crc32", () => {
-  const data = bytes(3 * 1024 * 1024 + 77);
+  const data = pseudoRandomBytes(1, 3 * 1024 * 1024 + 77);
   it("equals zlib's for every length up to 300 bytes at every alignment, from any previous value", () => {
     for (let offset = 0; offset < 16; offset++) {
       for (let length = 0; length <= 300; length++) {
@@ -61,7 +49,7 @@ maybe("crc32", () => {
 maybe("copyRange", () => {
   const dir = mkdtempSync(join(tmpdir(), "st-native-"));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
-  const data = bytes(5 * 1024 * 1024 + 3, 7);
+  const data = pseudoRandomBytes(7, 5 * 1024 * 1024 + 3);
   const input = join(dir, "in");
   writeFileSync(input, data);
 

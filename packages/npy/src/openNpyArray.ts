@@ -12,6 +12,7 @@ import {
   StConvertError,
   type TensorEntry,
   type TensorExtent,
+  extentNamed,
   swapBytesInPlace,
   toSafeNumber,
   withContext,
@@ -176,17 +177,7 @@ class NpyTensor implements TensorEntry {
   extent(): TensorExtent | undefined {
     const { fortran, dataOffset, swapUnit, options } = this.layout;
     if (fortran || swapUnit > 1 || this.payload.extent === undefined) return undefined;
-    const extent = this.payload.extent(dataOffset, this.byteLength);
-    const check = extent.check;
-    if (check === undefined) return extent;
-    return {
-      source: extent.source,
-      offset: extent.offset,
-      check: () =>
-        check().catch((error: unknown) => {
-          throw withContext(error, { file: options.file, tensor: this.name });
-        }),
-    };
+    return extentNamed(this.payload.extent(dataOffset, this.byteLength), { file: options.file, tensor: this.name });
   }
 
   async *#chunks(source: AsyncGenerator<Uint8Array>, chunkSize: number): AsyncGenerator<Uint8Array> {

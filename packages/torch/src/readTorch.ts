@@ -16,6 +16,7 @@ import {
   StConvertError,
   type TensorEntry,
   type TensorExtent,
+  extentNamed,
   type TensorSource,
   compareCodePoints,
   createMetadata,
@@ -928,17 +929,7 @@ function tensorEntry(name: string, ref: TensorRef, storage: StorageBytes, bigEnd
     // Bytes that pass as they are: a contiguous view, nothing to swap, no bool to normalize.
     extent() {
       if (length === 0 || !contiguous || unit > 1 || bool || storage.extent === undefined) return undefined;
-      const extent = storage.extent(ref.offset * ref.dtype.size, length);
-      const check = extent.check;
-      if (check === undefined) return extent;
-      return {
-        source: extent.source,
-        offset: extent.offset,
-        check: () =>
-          check().catch((error: unknown) => {
-            throw withContext(error, { tensor: name });
-          }),
-      };
+      return extentNamed(storage.extent(ref.offset * ref.dtype.size, length), { tensor: name });
     },
   };
 }
