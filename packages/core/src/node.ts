@@ -46,7 +46,10 @@ export interface FileSource extends ByteSource {
 // written under Node. Installed when this entry point loads: the browser-safe code that computes
 // CRCs looks for it in `kernels` and uses zlib's or fflate's otherwise.
 const native = nativeIo();
-if (native !== undefined) kernels.crc32 = native.crc32;
+if (native !== undefined) {
+  kernels.crc32 = native.crc32;
+  kernels.crc32Range = native.crc32Range;
+}
 
 /**
  * Reads and writes below this size are made synchronously on regular files, as are the calls that

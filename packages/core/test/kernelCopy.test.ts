@@ -1,14 +1,17 @@
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { crc32 as zlibCrc32 } from "node:zlib";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   type ByteSink,
+  CRC_RANGE_FROM,
   KERNEL_COPY_FROM,
   KERNEL_COPY_STEP,
   MemorySink,
   type TensorEntry,
   type TensorExtent,
   bytesSource,
+  crc32FileRange,
   isStConvertError,
   pipeTensor,
   tensorFromBytes,
@@ -116,6 +119,38 @@ withNative("a file sink's kernel copy (copyFrom)", () => {
     } finally {
       await source.close();
       rmSync(input, { force: true });
+    }
+  });
+});
+
+withNative("crc32FileRange (the native CRC of a file range)", () => {
+  it("is the CRC of the range, continuing from the previous value, for a file source of at least CRC_RANGE_FROM bytes", async () => {
+    const input = join(dir, "in.bin");
+    const data = pattern(CRC_RANGE_FROM + 4096, 5);
+    writeFileSync(input, data);
+    const source = await openFileSource(input);
+    try {
+      const range = data.subarray(7, 7 + CRC_RANGE_FROM);
+      expect(await crc32FileRange(source, 7, CRC_RANGE_FROM, 0x1234)).toBe(zlibCrc32(range, 0x1234));
+      // Below the threshold, and for a source without a descriptor, the caller reads the bytes itself.
+      expect(crc32FileRange(source, 7, CRC_RANGE_FROM - 1, 0)).toBeUndefined();
+      expect(crc32FileRange(bytesSource(data), 0, data.byteLength, 0)).toBeUndefined();
+    } finally {
+      await source.close();
+    }
+  });
+
+  it("names the file and where it ended when it is shorter than the range (truncated while read)", async () => {
+    const input = join(dir, "in.bin");
+    writeFileSync(input, pattern(2 * CRC_RANGE_FROM));
+    const source = await openFileSource(input);
+    try {
+      truncateSync(input, CRC_RANGE_FROM + 10);
+      const error = await crc32FileRange(source, 0, 2 * CRC_RANGE_FROM, 0)!.catch((e: unknown) => e);
+      expect(isStConvertError(error) && [error.code, error.file]).toEqual(["UnexpectedEof", input]);
+      expect(String((error as Error).message)).toMatch(`ended at byte ${CRC_RANGE_FROM + 10} while ${2 * CRC_RANGE_FROM} were expected`);
+    } finally {
+      await source.close();
     }
   });
 });

@@ -7,6 +7,13 @@
  *     passing through user space. Resolves to the bytes copied (fewer only when the input ended);
  *     rejects with an Error carrying `errno` and `copied` (what was copied before the failure).
  *
+ *   crc32Range(fd, offset, length, previous) -> Promise<number>
+ *     The CRC-32 of `length` bytes of a file from `offset`, continuing from `previous`, read on the
+ *     thread pool through a buffer of CRC_READ bytes (small enough to stay in the CPU's cache, so a
+ *     byte is fetched from memory once, not written out by the read and fetched again by the CRC).
+ *     Rejects as copyRange does; `copied` is then the bytes read, and an input that ends early
+ *     rejects with `errno` 0.
+ *
  *   crc32(bytes, previous) -> number
  *     CRC-32 (ISO-HDLC, as zip and zlib use it) of a Uint8Array, continuing from `previous`:
  *     carry-less multiplication (PCLMULQDQ) folding 64 bytes per step where the CPU has it, a
@@ -116,6 +123,22 @@ static int get_double(napi_env env, napi_value value, double* out) {
   return napi_get_value_double(env, value, out) == napi_ok;
 }
 
+static int whole(double value, double min) {
+  return value >= min && value <= 9007199254740991.0 && value == (double)(int64_t)value;
+}
+
+/* Rejects `deferred` with an Error carrying `errno` and `copied` (bytes done before the failure). */
+static void reject_with(napi_env env, napi_deferred deferred, const char* text, int error, int64_t copied) {
+  napi_value message, value, code, count;
+  napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &message);
+  napi_create_error(env, NULL, message, &value);
+  napi_create_int32(env, error, &code);
+  napi_set_named_property(env, value, "errno", code);
+  napi_create_double(env, (double)copied, &count);
+  napi_set_named_property(env, value, "copied", count);
+  napi_reject_deferred(env, deferred, value);
+}
+
 static napi_value crc32_js(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value argv[2];
@@ -168,25 +191,95 @@ static void copy_run(napi_env env, void* data) {
 
 static void copy_done(napi_env env, napi_status status, void* data) {
   copy_job* job = data;
-  napi_value copied;
-  napi_create_double(env, (double)job->copied, &copied);
   if (status != napi_ok || job->error != 0) {
-    napi_value message, error, code;
-    napi_create_string_utf8(env, status != napi_ok ? "copy cancelled" : strerror(job->error), NAPI_AUTO_LENGTH, &message);
-    napi_create_error(env, NULL, message, &error);
-    napi_create_int32(env, job->error, &code);
-    napi_set_named_property(env, error, "errno", code);
-    napi_set_named_property(env, error, "copied", copied);
-    napi_reject_deferred(env, job->deferred, error);
+    reject_with(env, job->deferred, status != napi_ok ? "copy cancelled" : strerror(job->error), job->error, job->copied);
   } else {
+    napi_value copied;
+    napi_create_double(env, (double)job->copied, &copied);
     napi_resolve_deferred(env, job->deferred, copied);
   }
   napi_delete_async_work(env, job->work);
   free(job);
 }
 
-static int whole(double value, double min) {
-  return value >= min && value <= 9007199254740991.0 && value == (double)(int64_t)value;
+/* ---------- CRC-32 of a file range, on the pool ---------- */
+
+
+/* 256 KiB: measured 0.13 s/GiB from the page cache, against 0.16 s with 2 MiB and 0.45 s with 64 MiB. */
+#define CRC_READ (256 * 1024)
+
+typedef struct {
+  napi_async_work work;
+  napi_deferred deferred;
+  int fd;
+  int64_t offset, length, done;
+  uint32_t crc;
+  int error;
+} crc_job;
+
+static void crc_run(napi_env env, void* data) {
+  (void)env;
+  crc_job* job = data;
+  uint8_t* buffer = malloc(CRC_READ);
+  if (buffer == NULL) {
+    job->error = ENOMEM;
+    return;
+  }
+  while (job->done < job->length) {
+    int64_t left = job->length - job->done;
+    size_t step = left > CRC_READ ? CRC_READ : (size_t)left;
+    ssize_t got = pread(job->fd, buffer, step, (off_t)(job->offset + job->done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      job->error = errno;
+      break;
+    }
+    if (got == 0) {
+      job->error = -1; /* the input ended */
+      break;
+    }
+    job->crc = crc32_of(job->crc, buffer, (size_t)got);
+    job->done += got;
+  }
+  free(buffer);
+}
+
+static void crc_done(napi_env env, napi_status status, void* data) {
+  crc_job* job = data;
+  if (status != napi_ok) reject_with(env, job->deferred, "CRC cancelled", 0, job->done);
+  else if (job->error == -1) reject_with(env, job->deferred, "the file ended", 0, job->done);
+  else if (job->error != 0) reject_with(env, job->deferred, strerror(job->error), job->error, job->done);
+  else {
+    napi_value crc;
+    napi_create_uint32(env, job->crc, &crc);
+    napi_resolve_deferred(env, job->deferred, crc);
+  }
+  napi_delete_async_work(env, job->work);
+  free(job);
+}
+
+static napi_value crc32_range_js(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  double fd, offset, length, previous;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4 || !get_double(env, argv[0], &fd) ||
+      !get_double(env, argv[1], &offset) || !get_double(env, argv[2], &length) || !get_double(env, argv[3], &previous) ||
+      !whole(fd, 0) || fd > 2147483647.0 || !whole(offset, 0) || !whole(length, 0) || !whole(previous, 0) || previous > 4294967295.0)
+    return fail(env, "crc32Range(fd, offset, length, previous): whole numbers, previous a uint32");
+  crc_job* job = calloc(1, sizeof *job);
+  if (job == NULL) return fail(env, "crc32Range: out of memory");
+  job->fd = (int)fd;
+  job->offset = (int64_t)offset;
+  job->length = (int64_t)length;
+  job->crc = (uint32_t)previous;
+  napi_value promise, name;
+  napi_create_promise(env, &job->deferred, &promise);
+  napi_create_string_utf8(env, "st-convert.crc32Range", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_async_work(env, NULL, name, crc_run, crc_done, job, &job->work) != napi_ok || napi_queue_async_work(env, job->work) != napi_ok) {
+    free(job);
+    return fail(env, "crc32Range: cannot queue the CRC");
+  }
+  return promise;
 }
 
 static napi_value copy_range_js(napi_env env, napi_callback_info info) {
@@ -231,6 +324,8 @@ NAPI_MODULE_INIT() {
   napi_value fn, flag;
   napi_create_function(env, "copyRange", NAPI_AUTO_LENGTH, copy_range_js, NULL, &fn);
   napi_set_named_property(env, exports, "copyRange", fn);
+  napi_create_function(env, "crc32Range", NAPI_AUTO_LENGTH, crc32_range_js, NULL, &fn);
+  napi_set_named_property(env, exports, "crc32Range", fn);
   napi_create_function(env, "crc32", NAPI_AUTO_LENGTH, crc32_js, NULL, &fn);
   napi_set_named_property(env, exports, "crc32", fn);
   napi_get_boolean(env, can_fold != 0, &flag);

@@ -18,6 +18,13 @@ export interface NativeIo {
   copyRange(inFd: number, inOffset: number, outFd: number, outOffset: number, length: number): Promise<number>;
   /** CRC-32 (ISO-HDLC, as zip uses it) of `bytes`, continuing from `previous` (default 0). */
   crc32(bytes: Uint8Array, previous?: number): number;
+  /**
+   * CRC-32 of `length` bytes of the file open as `fd` from `offset`, continuing from `previous`,
+   * read on Node's thread pool through a 256 KiB buffer (it stays in the CPU's cache: 0.13 s/GiB
+   * from the page cache, against 0.45 s through a 64 MiB one). Rejects as `copyRange` does, with
+   * `copied` the bytes read; an input that ends early rejects with `errno` 0.
+   */
+  crc32Range(fd: number, offset: number, length: number, previous: number): Promise<number>;
   /** Whether the CRC-32 folds with carry-less multiplication (PCLMULQDQ) on this CPU, rather than using a table. */
   readonly crc32Folds: boolean;
 }

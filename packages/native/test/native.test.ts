@@ -117,6 +117,53 @@ maybe("copyRange", () => {
   });
 });
 
+maybe("crc32Range", () => {
+  const dir = mkdtempSync(join(tmpdir(), "st-native-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  // Longer than the 256 KiB read, and not a multiple of it.
+  const data = pseudoRandomBytes(11, 3 * 256 * 1024 + 1001);
+  const input = join(dir, "in");
+  writeFileSync(input, data);
+
+  it("is zlib's CRC-32 of the range, continuing from the previous value, for ranges shorter and longer than its read", async () => {
+    const fd = openSync(input, "r");
+    try {
+      for (const [offset, length] of [
+        [0, data.byteLength],
+        [5, 1],
+        [12_345, 256 * 1024],
+        [777, 2 * 256 * 1024 + 3],
+        [data.byteLength, 0],
+      ] as const) {
+        const part = data.subarray(offset, offset + length);
+        expect(await native!.crc32Range(fd, offset, length, 0)).toBe(zlibCrc32(part, 0));
+        expect(await native!.crc32Range(fd, offset, length, 0xdeadbeef)).toBe(zlibCrc32(part, 0xdeadbeef));
+      }
+    } finally {
+      closeSync(fd);
+    }
+  });
+
+  it("rejects with errno 0 and the bytes read when the file ends early, with the system's number otherwise", async () => {
+    const fd = openSync(input, "r");
+    try {
+      const short = (await native!.crc32Range(fd, data.byteLength - 100, 1000, 0).catch((error: unknown) => error)) as CopyRangeError;
+      expect([short.errno, short.copied]).toEqual([0, 100]);
+      const notOpen = (await native!.crc32Range(1_000_000, 0, 10, 0).catch((error: unknown) => error)) as CopyRangeError;
+      expect([notOpen.errno, notOpen.copied]).toEqual([constants.errno.EBADF, 0]);
+    } finally {
+      closeSync(fd);
+    }
+  });
+
+  it("refuses arguments that are not whole numbers in range", () => {
+    expect(() => native!.crc32Range(0, -1, 1, 0)).toThrow(TypeError);
+    expect(() => native!.crc32Range(0, 0, 1, 2 ** 32)).toThrow(TypeError);
+    expect(() => native!.crc32Range(0, 0, 0.5, 0)).toThrow(TypeError);
+    expect(() => (native!.crc32Range as (...args: unknown[]) => unknown)(0, 0, 1)).toThrow(TypeError);
+  });
+});
+
 describe("nativeIo", () => {
   it("is undefined, with the reason, when ST_CONVERT_NATIVE=0", async () => {
     const { spawnSync } = await import("node:child_process");

@@ -17,6 +17,7 @@ import {
   StConvertError,
   type TensorEntry,
   bytesSource,
+  crc32FileRange,
   hasLoneSurrogate,
   pipeTensor,
   readRange,
@@ -595,6 +596,8 @@ function checkRangeOf(member: ZipMember, offset: number, length: number): void {
 
 function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Payload {
   const crcOf = async (offset: number, length: number, crc: number): Promise<number> => {
+    const native = crc32FileRange(source, member.dataOffset + offset, length, crc);
+    if (native !== undefined) return native;
     // reuse: each chunk is folded into the CRC before the next is asked for.
     for await (const chunk of readRange(source, member.dataOffset + offset, length, { reuse: true })) crc = codec.crc32(chunk, crc);
     return crc;

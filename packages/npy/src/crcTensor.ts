@@ -4,7 +4,7 @@
  * of its own over the extent's bytes that runs alongside the copy. Zip writers (npz, torch) use it
  * to record a member's CRC without a second pass over its data.
  */
-import { type ChunkOptions, type TensorEntry, type TensorExtent, readRange } from "@st-convert/core";
+import { type ChunkOptions, type TensorEntry, type TensorExtent, crc32FileRange, readRange } from "@st-convert/core";
 import type { Codec } from "./Codec.js";
 
 /** What {@link crcCounted} returns. */
@@ -50,8 +50,11 @@ export function crcCounted(tensor: TensorEntry, codec: Codec, initial = 0): CrcC
       async check() {
         const checking = own?.();
         checking?.catch(() => {});
-        let folded = initial;
-        for await (const chunk of readRange(extent.source, extent.offset, length, { reuse: true })) folded = codec.crc32(chunk, folded);
+        let folded = await crc32FileRange(extent.source, extent.offset, length, initial);
+        if (folded === undefined) {
+          folded = initial;
+          for await (const chunk of readRange(extent.source, extent.offset, length, { reuse: true })) folded = codec.crc32(chunk, folded);
+        }
         crc = folded;
         await checking;
       },

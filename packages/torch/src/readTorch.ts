@@ -19,6 +19,7 @@ import {
   extentNamed,
   type TensorSource,
   compareCodePoints,
+  crc32FileRange,
   createMetadata,
   quoteName,
   readRange,
@@ -268,10 +269,7 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
   let checked = member.crc32 === 0;
   const verify = (): Promise<void> => {
     verified ??= (async () => {
-      const stream = crc32Stream(codec, member.size);
-      // reuse: each chunk is folded in (or copied to the CRC thread) before the one after next is read.
-      for await (const chunk of readRange(source, member.dataOffset, member.size, { reuse: true })) await stream.update(chunk);
-      const crc = await stream.digest();
+      const crc = (await crc32FileRange(source, member.dataOffset, member.size, 0)) ?? (await crcOfStream(source, member, codec));
       if (crc !== member.crc32) throw crcError(member, crc);
       checked = true;
     })();
@@ -300,6 +298,14 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
     // The CRC-32 pass runs while the copy does, once per member however many tensors share it.
     extent: (offset) => ({ source, offset: member.dataOffset + offset, check: checked ? undefined : verify }),
   };
+}
+
+/** The CRC-32 of a member's bytes read through memory, on the CRC thread when it is long. */
+async function crcOfStream(source: ByteSource, member: ZipMember, codec: Codec): Promise<number> {
+  const stream = crc32Stream(codec, member.size);
+  // reuse: each chunk is folded in (or copied to the CRC thread) before the one after next is read.
+  for await (const chunk of readRange(source, member.dataOffset, member.size, { reuse: true })) await stream.update(chunk);
+  return stream.digest();
 }
 
 /** A deflated member (a checkpoint re-zipped by another tool): inflated on every pass, CRC checked at each pass's end. */
