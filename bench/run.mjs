@@ -271,8 +271,24 @@ const cases = [
     input: "t.safetensors",
     output: "out.json",
     format: "json",
-    baselines: ["py:json-dumps"],
-    target: ["py:json-dumps", 1],
+    baselines: ["py:st2json"],
+    // MiB of F32 data per second (the text is about three times as long).
+    target: ["MiB/s", 200],
+    runs: 3,
+    big: false,
+  },
+  {
+    name: "JSON → safetensors, one 256 MiB F32 tensor",
+    kind: "json-f32",
+    bytes: 256 * 1024 ** 2,
+    input: "t.json",
+    output: "out.safetensors",
+    format: "json",
+    baselines: ["py:json2st"],
+    reference: "json2st",
+    target: ["MiB/s", 200],
+    runs: 3,
+    big: false,
   },
 ];
 
@@ -289,6 +305,8 @@ const LABELS = {
   "py:flax2st": "msgpack_restore + flatten + save_file",
   "py:keys": "safe_open(...).keys()",
   "py:json-dumps": "load_file + json.dumps(a.tolist())",
+  "py:st2json": "load_file + json.dump(tolist())",
+  "py:json2st": "json.load + np.array + save_file",
   "py:torch2st": "torch.load + save_file",
   "py:st2npy": "load_file + np.save",
   "py:st2npz": "load_file + np.savez",
@@ -340,6 +358,15 @@ function sha(path) {
 
 function gen(c, bytes, dir) {
   const input = join(dir, c.input);
+  if (c.kind === "json-f32") {
+    // The file the writer row produces: the reference tool makes the tensor, st-convert its JSON
+    // form (shortest decimals; Python's json.dump of the same floats writes 17 digits each).
+    const tensor = gen({ kind: "safetensors", count: 1, input: "t.safetensors" }, bytes, dir);
+    const made = spawnSync(process.execPath, [cli, tensor, input, "--force", "--quiet"], { encoding: "utf8" });
+    if (made.status !== 0) throw new Error(`making ${c.input} failed:\n${made.stderr}`);
+    rmSync(tensor);
+    return input;
+  }
   const amount = c.kind === "many" ? c.count : bytes;
   const target = c.kind === "st-sharded" ? dirname(input) : input;
   const args = [join(root, "bench", "reference.py"), "gen", c.kind, target, String(amount)];
@@ -367,7 +394,8 @@ function runCase(c) {
   // One untimed run of each first: the machine settles after making the input (page cache,
   // memory the generator freed), so the first timed runs measure the conversion, not the aftermath.
   for (const variant of variants) runVariant(variant);
-  for (let r = 0; r < runs; r++) {
+  const rowRuns = Math.min(runs, c.runs ?? runs);
+  for (let r = 0; r < rowRuns; r++) {
     for (let k = 0; k < variants.length; k++) {
       const variant = variants[(k + r) % variants.length]; // interleaved, rotating order
       results[variant].push(runVariant(variant));
@@ -389,7 +417,7 @@ function runCase(c) {
       { seconds: median(xs.map((x) => x.seconds)), rssMiB: median(xs.map((x) => x.rssMiB)), all: xs.map((x) => x.seconds) },
     ]),
   );
-  return { c, inputBytes, summary, identical, date: today(), runs };
+  return { c, inputBytes, summary, identical, date: today(), runs: rowRuns };
 }
 
 /** Bytes of a file, or of a folder's files. */
@@ -466,13 +494,21 @@ function report(rows, big, many) {
     );
     for (const { c, inputBytes, summary, identical } of inState) {
       const ours = summary.ours;
+      // A throughput target: MiB of tensor data per second (c.bytes; the input may be text).
+      if (c.target[0] === "MiB/s") {
+        const rate = mib(c.bytes ?? inputBytes) / ours.seconds;
+        lines.push(
+          `| ${c.name} | ${fmt(mib(inputBytes), 0)} MiB | ${fmt(ours.seconds)} s | ${fmt(rate, 0)} | ${fmt(ours.rssMiB, 0)} MiB | MiB of F32 data per second |  |  | ≥ ${c.target[1]} MiB/s | ${rate >= c.target[1] ? "yes" : "**no**"} | ${identical === undefined ? "n/a" : identical ? "yes" : "**no**"} |`,
+        );
+      }
       for (const [i, b] of c.baselines.entries()) {
+        const lead = i === 0 && c.target[0] !== "MiB/s";
         const base = summary[b];
         const ratio = base ? ours.seconds / base.seconds : NaN;
         const isTarget = c.target[0] === b;
         const met = !base ? "n/a" : ratio <= (isTarget ? c.target[1] : 1) ? "yes" : "**no**";
         lines.push(
-          `| ${i === 0 ? c.name : ""} | ${i === 0 ? `${fmt(mib(inputBytes), 0)} MiB` : ""} | ${i === 0 ? `${fmt(ours.seconds)} s` : ""} | ${i === 0 && !c.info ? fmt(mib(inputBytes) / ours.seconds, 0) : ""} | ${i === 0 ? `${fmt(ours.rssMiB, 0)} MiB` : ""} | ${LABELS[b]} | ${base ? `${fmt(base.seconds)} s (${fmt(base.rssMiB, 0)} MiB)` : "not run"} | ${fmt(ratio)} | ${isTarget ? `≤ ${c.target[1]}×` : b.startsWith("py:") ? "faster" : ""} | ${met} | ${i === 0 ? (identical === undefined ? "n/a" : identical ? "yes" : "**no**") : ""} |`,
+          `| ${lead ? c.name : ""} | ${lead ? `${fmt(mib(inputBytes), 0)} MiB` : ""} | ${lead ? `${fmt(ours.seconds)} s` : ""} | ${lead && !c.info ? fmt(mib(inputBytes) / ours.seconds, 0) : ""} | ${lead ? `${fmt(ours.rssMiB, 0)} MiB` : ""} | ${LABELS[b]} | ${base ? `${fmt(base.seconds)} s (${fmt(base.rssMiB, 0)} MiB)` : "not run"} | ${fmt(ratio)} | ${isTarget ? `≤ ${c.target[1]}×` : b.startsWith("py:") ? "faster" : ""} | ${met} | ${lead ? (identical === undefined ? "n/a" : identical ? "yes" : "**no**") : ""} |`,
         );
       }
     }

@@ -15,6 +15,24 @@ export interface Kernels {
    * `errno` (0: the file ended) and `copied` (the bytes read before).
    */
   crc32Range?: (fd: number, offset: number, length: number, previous: number) => Promise<number>;
+  /**
+   * The JSON form's three F32 loops, element for element what the json package's JavaScript
+   * does (its tests compare them): the writer's `formatFloat32s`, the reader's
+   * `storeFloat32Run` and the scanner's `numberRun`. Each returns a position and leaves its
+   * other result in `state[0]`; the json package documents their arguments.
+   */
+  formatFloat32s?: (words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean, state: Float64Array) => number;
+  storeFloat32Run?: (
+    buf: Uint8Array,
+    i: number,
+    final: boolean,
+    floats: Float32Array,
+    base: number,
+    leaf: number,
+    endLeaf: number,
+    state: Float64Array,
+  ) => number;
+  numberRun?: (buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number, state: Float64Array) => number;
 }
 
 /** The kernels installed in this runtime (a module-wide registry: one per process or worker). */

@@ -43,12 +43,15 @@ export interface FileSource extends ByteSource {
 }
 
 // The native module's CRC-32 (PCLMULQDQ, about 3× zlib's here), for every zip member checked or
-// written under Node. Installed when this entry point loads: the browser-safe code that computes
+// written under Node, and the JSON form's F32 loops. Installed when this entry point loads: the browser-safe code that computes
 // CRCs looks for it in `kernels` and uses zlib's or fflate's otherwise.
 const native = nativeIo();
 if (native !== undefined) {
   kernels.crc32 = native.crc32;
   kernels.crc32Range = native.crc32Range;
+  kernels.formatFloat32s = native.formatFloat32s;
+  kernels.storeFloat32Run = native.storeFloat32Run;
+  kernels.numberRun = native.numberRun;
 }
 
 /**

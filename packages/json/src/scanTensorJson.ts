@@ -19,13 +19,14 @@ import {
   checkShapeOverflow,
   createMetadata,
   isDtype,
+  kernels,
   quoteName,
   tensorByteLength,
   withContext,
 } from "@st-convert/core";
 import { BASE64_VALUE } from "./base64.js";
 import { BAD_LEAF, BAD_NUMBER, ByteWindow, NEED_MORE, isWhitespace, leafEnd, leafToken, numberEnd, numberToken, startsWith } from "./ByteWindow.js";
-import { Leaf, type ValueCodec, valueCodec } from "./valueCodecs.js";
+import { Leaf, NATIVE_RUN_FROM, type ValueCodec, valueCodec } from "./valueCodecs.js";
 
 /**
  * Deepest nesting of objects and arrays accepted. A tensor of rank r nests r + 2 levels (the
@@ -45,6 +46,9 @@ export const MAX_JSON_HEADER_SIZE = 100_000_000;
  * (at most 767 significant digits plus zeros and an exponent); it bounds what a token can buffer.
  */
 export const MAX_NUMBER_LENGTH = 4096;
+
+/** Where the native `numberRun` leaves its count. */
+const RUN_STATE = new Float64Array(1);
 
 /** Error codes of the JSON form, besides the shared ones from core. */
 export type JsonErrorCode =
@@ -429,6 +433,16 @@ class DataScan {
     const dim = this.dims[level]!;
     const kinds = this.kinds;
     const start = count;
+    const native = kernels.numberRun;
+    if (native !== undefined && n - i >= NATIVE_RUN_FROM && (dim === -1 || dim - count >= NATIVE_RUN_FROM)) {
+      const at = native(buf, i, count, dim, kinds, MAX_NUMBER_LENGTH, RUN_STATE);
+      count = RUN_STATE[0]!;
+      if (count !== start) {
+        this.leaves += count - start;
+        counts[level] = count;
+      }
+      return at;
+    }
     let at = i;
     while (i < n) {
       const c = buf[i]!;

@@ -4,7 +4,7 @@
  * block of elements. The two sides are paired here so that "reads back to the same bits" is
  * decided by the very code that reads.
  */
-import type { Dtype } from "@st-convert/core";
+import { type Dtype, kernels } from "@st-convert/core";
 import { type MinifloatCodec, OVERFLOW, minifloat } from "./minifloats.js";
 import { type Decimal, decimalText, shortestDecimal, shortestFloat32Of, writeDecimal } from "./shortestDecimal.js";
 
@@ -308,6 +308,17 @@ export let storedUpTo = 0;
  * (and refuses where it must).
  */
 export function storeFloat32Run(buf: Uint8Array, i: number, final: boolean, floats: Float32Array, base: number, leaf: number, endLeaf: number): number {
+  const native = kernels.storeFloat32Run;
+  if (native !== undefined && endLeaf - leaf >= NATIVE_RUN_FROM && buf.length - i >= NATIVE_RUN_FROM) {
+    const at = native(buf, i, final, floats, base, leaf, endLeaf, NATIVE_STATE);
+    storedUpTo = NATIVE_STATE[0]!;
+    return at;
+  }
+  return portableStoreFloat32Run(buf, i, final, floats, base, leaf, endLeaf);
+}
+
+/** {@link storeFloat32Run} in JavaScript: what the native kernel must equal (the tests compare them). */
+export function portableStoreFloat32Run(buf: Uint8Array, i: number, final: boolean, floats: Float32Array, base: number, leaf: number, endLeaf: number): number {
   const n = buf.length;
   run: while (i < n && leaf < endLeaf) {
     let c = buf[i]!;
@@ -574,10 +585,41 @@ function writeFloat32(out: Uint8Array, pos: number, bits: number): number {
  * property store after the loop, compiled without type feedback, then deoptimized that code at
  * the end of every block (once per MiB of text, each time falling back to the interpreter).
  */
-let formattedUpTo = 0;
+export let formattedUpTo = 0;
+
+/**
+ * Runs at least this long (elements, leaves, bytes) go to the native kernels where they are
+ * installed (core's `kernels`): below it, a call into the module costs more than it saves.
+ */
+export const NATIVE_RUN_FROM = 64;
+
+/** Where a native kernel leaves its second result. */
+const NATIVE_STATE = new Float64Array(1);
 
 /** F32 elements `index` up to `end` (see {@link ValueCodec.format}); returns the output position. */
-function formatFloat32s(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean): number {
+export function formatFloat32s(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean): number {
+  const native = kernels.formatFloat32s;
+  if (native === undefined || end - index < NATIVE_RUN_FROM) return portableFormatFloat32s(words, index, end, out, pos, limit, first);
+  for (;;) {
+    pos = native(words, index, end, out, pos, limit, first, NATIVE_STATE);
+    index = NATIVE_STATE[0]!;
+    if (index >= end || pos > limit) break;
+    // An element the kernel left for the exact route (or for want of room): written here.
+    if (index > 0 || !first) {
+      out[pos] = 0x2c;
+      out[pos + 1] = 0x20;
+      pos += 2;
+    }
+    pos = writeFloat32(out, pos, words[index]!);
+    index++;
+    if (index >= end || pos > limit) break;
+  }
+  formattedUpTo = index;
+  return pos;
+}
+
+/** {@link formatFloat32s} in JavaScript: what the native kernel must equal (the tests compare them). */
+export function portableFormatFloat32s(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean): number {
   if (index === 0 && first && index < end && pos <= limit) {
     pos = writeFloat32(out, pos, words[0]!);
     index = 1;

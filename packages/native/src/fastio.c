@@ -18,6 +18,8 @@
  *     CRC-32 (ISO-HDLC, as zip and zlib use it) of a Uint8Array, continuing from `previous`:
  *     carry-less multiplication (PCLMULQDQ) folding 64 bytes per step where the CPU has it, a
  *     slice-by-8 table elsewhere.
+ *
+ * and, from json.c, the JSON form's F32 loops (formatFloat32s, storeFloat32Run, numberRun).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "json.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -313,6 +317,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 /* Once per process, whichever thread (main or a batch's worker) loads the module first. */
 static void initialize(void) {
   make_table();
+  json_initialize();
 #if defined(__x86_64__)
   __builtin_cpu_init();
   can_fold = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse2");
@@ -328,6 +333,7 @@ NAPI_MODULE_INIT() {
   napi_set_named_property(env, exports, "crc32Range", fn);
   napi_create_function(env, "crc32", NAPI_AUTO_LENGTH, crc32_js, NULL, &fn);
   napi_set_named_property(env, exports, "crc32", fn);
+  json_register(env, exports);
   napi_get_boolean(env, can_fold != 0, &flag);
   napi_set_named_property(env, exports, "crc32Folds", flag);
   return exports;

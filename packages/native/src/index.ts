@@ -25,6 +25,17 @@ export interface NativeIo {
    * `copied` the bytes read; an input that ends early rejects with `errno` 0.
    */
   crc32Range(fd: number, offset: number, length: number, previous: number): Promise<number>;
+  /**
+   * The JSON form's F32 writer loop: elements of `words` (float32 bits) from `index`, as the
+   * json package's `formatFloat32s` writes them, while `index < end` and `pos <= limit`; returns
+   * the output position, `state[0]` the next element. Stops early, before the element's
+   * separator, at an element whose digits need the exact route, which the caller writes.
+   */
+  formatFloat32s(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean, state: Float64Array): number;
+  /** The JSON reader's F32 fast path, as the json package's `storeFloat32Run`; `state[0]` is the next leaf. */
+  storeFloat32Run(buf: Uint8Array, i: number, final: boolean, floats: Float32Array, base: number, leaf: number, endLeaf: number, state: Float64Array): number;
+  /** The JSON scanner's run of numbers after a value, as its `numberRun`; `state[0]` is the count. */
+  numberRun(buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number, state: Float64Array): number;
   /** Whether the CRC-32 folds with carry-less multiplication (PCLMULQDQ) on this CPU, rather than using a table. */
   readonly crc32Folds: boolean;
 }

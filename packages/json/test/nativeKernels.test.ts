@@ -1,0 +1,243 @@
+/**
+ * The native module's F32 loops (core's `kernels`, installed by `@st-convert/core/node`) against
+ * their JavaScript twins: the same text written, the same floats stored, the same counts and the
+ * same stops, element for element, and the same files and errors through the whole reader.
+ */
+import { describe, expect, it } from "vitest";
+import { type Kernels, kernels, readTensorBytes, tensorFromBytes } from "@st-convert/core";
+import "@st-convert/core/node";
+import { readTensorJson, serializeTensorJson } from "@st-convert/json";
+import { pseudoRandomBytes } from "@st-convert/testing";
+import {
+  NATIVE_RUN_FROM,
+  formatFloat32s,
+  formattedUpTo,
+  portableFormatFloat32s,
+  portableStoreFloat32Run,
+  storeFloat32Run,
+  storedUpTo,
+} from "../src/valueCodecs.js";
+import { failure, utf8 } from "./helpers.js";
+
+const present = kernels.formatFloat32s !== undefined && kernels.storeFloat32Run !== undefined && kernels.numberRun !== undefined;
+if (!present && process.env.ST_CONVERT_REQUIRE_NATIVE === "1") throw new Error("the native module's JSON kernels are required here");
+const withNative = present ? describe : describe.skip;
+
+/** Runs `body` with the native JSON kernels removed from the registry, then puts them back. */
+async function portably<T>(body: () => Promise<T> | T): Promise<T> {
+  const saved: Kernels = { formatFloat32s: kernels.formatFloat32s, storeFloat32Run: kernels.storeFloat32Run, numberRun: kernels.numberRun };
+  delete kernels.formatFloat32s;
+  delete kernels.storeFloat32Run;
+  delete kernels.numberRun;
+  try {
+    return await body();
+  } finally {
+    Object.assign(kernels, saved);
+  }
+}
+
+/** float32 bit patterns: every exponent field with edge and random mantissas, the specials, and random words. */
+function patterns(randomCount: number): Uint32Array {
+  const words: number[] = [];
+  const random = new Uint32Array(pseudoRandomBytes(41, 4 * (randomCount + 256 * 40)).buffer);
+  let r = 0;
+  for (let exp = 0; exp < 256; exp++) {
+    for (const mant of [0, 1, 2, 0x7fffff, 0x7ffffe, 0x400000, 0x3fffff]) words.push(((exp << 23) | mant) >>> 0, ((1 << 31) | (exp << 23) | mant) >>> 0);
+    for (let i = 0; i < 40; i++) words.push(((random[r++]! & 0x807fffff) | (exp << 23)) >>> 0);
+  }
+  for (let i = 0; i < randomCount; i++) words.push(random[r++]!);
+  // Decimal-looking values, whose shortest forms are short: where ties and interval ends sit.
+  for (let i = 0; i < 2000; i++) words.push(new Uint32Array(new Float32Array([i / 8, i * 0.1, 2 ** 24 + i, 1e-6 * i, 3.4e38 - i * 1e31]).buffer)[i % 5]!);
+  return Uint32Array.from(words);
+}
+
+function formatAll(format: typeof formatFloat32s, words: Uint32Array, limit: number, first: boolean, index = 0): { text: Uint8Array; upTo: number } {
+  const out = new Uint8Array(limit + 64);
+  const pos = format(words, index, words.length, out, 0, limit, first);
+  return { text: out.slice(0, pos), upTo: formattedUpTo };
+}
+
+withNative("the native F32 writer loop", () => {
+  it("writes what the JavaScript loop writes, for every exponent field, the specials and a million random patterns", () => {
+    const words = patterns(1_000_000);
+    const native = formatAll(formatFloat32s, words, 64 * words.length, true);
+    const portable = formatAll(portableFormatFloat32s, words, 64 * words.length, true);
+    expect(native.upTo).toBe(words.length);
+    expect(portable.upTo).toBe(words.length);
+    // Buffer.equals: vitest's deep equality takes seconds over megabytes.
+    expect(Buffer.from(native.text).equals(portable.text)).toBe(true);
+  });
+
+  it("stops where the JavaScript loop stops: past the limit, and resumes after an element with its separator", () => {
+    const words = patterns(5000);
+    for (const limit of [0, 1, 700, 4096, 33_333]) {
+      for (const [first, index] of [
+        [true, 0],
+        [false, 0],
+        [false, 17],
+      ] as const) {
+        const native = formatAll(formatFloat32s, words, limit, first, index);
+        const portable = formatAll(portableFormatFloat32s, words, limit, first, index);
+        expect([native.upTo, Buffer.from(native.text).equals(portable.text)]).toEqual([portable.upTo, true]);
+      }
+    }
+  });
+
+  it("leaves fewer than NATIVE_RUN_FROM elements to JavaScript, with the same text", () => {
+    const words = patterns(0).subarray(0, NATIVE_RUN_FROM - 1);
+    const native = formatAll(formatFloat32s, words, 1 << 20, true);
+    expect(Buffer.from(native.text).equals(formatAll(portableFormatFloat32s, words, 1 << 20, true).text)).toBe(true);
+  });
+});
+
+/** A text of number leaves: plain, long, exponent, zero and malformed tokens, among separators and brackets. */
+function numberText(seed: number, count: number, malformed = true): Uint8Array {
+  const random = pseudoRandomBytes(seed, 4 * count);
+  const parts: string[] = [];
+  const pick = (i: number, n: number) => random[4 * i + 1]! % n;
+  for (let i = 0; i < count; i++) {
+    const kind = random[4 * i]! % 20;
+    const digits = String(1 + ((random[4 * i + 2]! << 8) | random[4 * i + 3]!) * 37);
+    let token: string;
+    if (kind < 8) token = `${pick(i, 2) ? "-" : ""}${digits.slice(0, 1)}.${digits.slice(1)}`;
+    else if (kind < 10) token = `${digits}e${pick(i, 2) ? "-" : "+"}${pick(i, 30)}`;
+    else if (kind < 11) token = `0.${"0".repeat(pick(i, 30))}${digits}`;
+    else if (kind < 12)
+      token = `${digits}${digits}${digits}.5`; // past 15 digits
+    else if (kind < 13 && !malformed) token = ["0", "-0", "-0.0", "0e5", "1e-50", "3.4e38"][pick(i, 6)]!;
+    else if (kind < 13) token = ["0", "-0", "-0.0", "0e5", "00", "1.", "-", "1e", "1e+", "1.5x", '"NaN"', "true"][pick(i, 12)]!;
+    // Past ±22 (off the fast path); positive ones overflow F32 when malformed ones are welcome.
+    else if (kind < 14) token = `${digits}e${pick(i, 2) || !malformed ? "-" : ""}${20 + pick(i, 40)}`;
+    else token = `${pick(i, 2) ? "-" : ""}${digits}`;
+    parts.push(token);
+  }
+  const separators = [", ", ",", " , ", ",\n  ", "], [", ",\t"];
+  let text = "[";
+  for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : separators[random[4 * i]! % separators.length]!) + parts[i]!;
+  return utf8.encode(`${text}]`);
+}
+
+withNative("the native F32 reader loop", () => {
+  it("stores and stops as the JavaScript loop does, over random runs of numbers, cut or whole", () => {
+    for (let seed = 0; seed < 40; seed++) {
+      const text = numberText(seed, 3000);
+      for (const cut of [text.length, Math.floor(text.length / 2), 101]) {
+        const buf = text.subarray(0, cut);
+        for (const final of [true, false]) {
+          let i = 1;
+          let leaf = 0;
+          const native = new Float32Array(4000);
+          const portable = new Float32Array(4000);
+          // Leaf by leaf as the reader goes: a run, then one leaf or byte stepped over by the general path.
+          for (let step = 0; step < 400 && i < buf.length; step++) {
+            const nativeEnd = storeFloat32Run(buf, i, final, native, 0, leaf, 4000);
+            const nativeLeaf = storedUpTo;
+            const portableEnd = portableStoreFloat32Run(buf, i, final, portable, 0, leaf, 4000);
+            expect([nativeEnd, nativeLeaf]).toEqual([portableEnd, storedUpTo]);
+            i = nativeEnd + 1;
+            leaf = nativeLeaf + 1;
+          }
+          expect(Buffer.from(native.buffer).equals(Buffer.from(portable.buffer))).toBe(true);
+        }
+      }
+    }
+  });
+});
+
+withNative("the reader and writer with and without the native loops", () => {
+  it("read the same tensors from documents of mixed numbers, nested and flat, and refuse the same ones with the same message", async () => {
+    for (let seed = 0; seed < 30; seed++) {
+      // One in three with a malformed token somewhere (refused), the others well formed (read).
+      const data = new TextDecoder().decode(numberText(seed, 500 + seed * 37, seed % 3 === 0));
+      for (const shape of ["[-1]", "null"]) {
+        const count = (data.match(/\],\s?\[/g)?.length ?? 0) + 1;
+        const document = utf8.encode(
+          `{"a": {"dtype": "F32", "shape": ${shape === "null" ? "[1]" : `[${count}, 0]`}, "data": ${data}}, "b": {"dtype": "F32", "shape": [3], "data": [1.5, -2, 3e-7]}}`,
+        );
+        const read = async () => {
+          const result = (async () => {
+            const file = await readTensorJson(document);
+            return Promise.all(file.tensors.map(async (t) => [t.name, t.shape, Buffer.from(await readTensorBytes(t)).toString("hex")]));
+          })();
+          try {
+            return await result;
+          } catch {
+            return failure(result);
+          }
+        };
+        expect(await read()).toEqual(await portably(read));
+      }
+    }
+  });
+
+  it("count nested rows the same: rows as long as the first, one longer, one shorter, kinds first seen late", async () => {
+    const rows = 5;
+    const columns = 3 * NATIVE_RUN_FROM;
+    for (let seed = 0; seed < 12; seed++) {
+      const tokens = new TextDecoder()
+        .decode(numberText(100 + seed, rows * columns + 1, false))
+        .slice(1, -1)
+        .split(/\]?,\s*\[?/);
+      for (const change of [0, 1, -1]) {
+        const lines: string[] = [];
+        for (let r = 0; r < rows; r++) {
+          const length = r === 3 ? columns + change : columns;
+          // Integers only in the first row, so that a float (a new kind of number) first comes later.
+          const row = tokens.slice(r * columns, r * columns + length).map((t) => (r === 0 ? String(Math.trunc(Number(t)) || 1) : t));
+          lines.push(`[${row.join(", ")}]`);
+        }
+        const document = utf8.encode(`{"a": {"dtype": "F32", "shape": [${rows}, ${columns}], "data": [${lines.join(",\n ")}]}}`);
+        const read = async () => {
+          const result = (async () => Buffer.from(await readTensorBytes((await readTensorJson(document)).tensors[0]!)).toString("hex"))();
+          try {
+            return await result;
+          } catch {
+            return failure(result);
+          }
+        };
+        const native = await read();
+        expect(native).toEqual(await portably(read));
+        // The well-formed one is read, the others refused: the comparison saw both outcomes.
+        expect(typeof native === "string").toBe(change === 0);
+      }
+    }
+  });
+
+  it("find the same first leaf of a kind seen late in a long run (a negative, a float, a number too long), for integer dtypes", async () => {
+    const length = 4 * NATIVE_RUN_FROM;
+    const outcomes = new Set<string>();
+    for (const dtype of ["U8", "I32", "F32"]) {
+      for (const late of ["-7", "-0", "2.5", "3e2", "1".repeat(5000), `-${"9".repeat(5000)}`]) {
+        for (const at of [1, NATIVE_RUN_FROM + 3, length - 1]) {
+          const values = Array.from({ length }, (_, i) => String(i % 100));
+          values[at] = late;
+          const document = utf8.encode(`{"a": {"dtype": "${dtype}", "shape": [${length}], "data": [${values.join(", ")}]}}`);
+          const read = async () => {
+            const result = (async () => Buffer.from(await readTensorBytes((await readTensorJson(document)).tensors[0]!)).toString("hex"))();
+            try {
+              return await result;
+            } catch {
+              return failure(result);
+            }
+          };
+          const native = await read();
+          expect(native).toEqual(await portably(read));
+          outcomes.add(typeof native === "string" ? "read" : (native as { code: string }).code);
+        }
+      }
+    }
+    // Both outcomes were compared: files read, and refusals (their messages name the leaf).
+    expect([...outcomes].sort()).toEqual(expect.arrayContaining(["read", "InvalidValue"]));
+  });
+
+  it("read a long flat F32 array of every kind of number the same, and write the same text for it", async () => {
+    const values = new Float32Array(new Uint32Array(patterns(200_000).filter((w) => (w & 0x7f800000) !== 0x7f800000)).buffer);
+    const source = { metadata: null, tensors: [tensorFromBytes({ name: "w", dtype: "F32", shape: [values.length] }, new Uint8Array(values.buffer))] };
+    const json = await serializeTensorJson(source);
+    expect(Buffer.from(json).equals(await portably(() => serializeTensorJson(source)))).toBe(true);
+    const bytes = async () => Buffer.from(await readTensorBytes((await readTensorJson(json)).tensors[0]!));
+    const native = await bytes();
+    expect(native.equals(await portably(bytes))).toBe(true);
+    expect(native.equals(Buffer.from(values.buffer))).toBe(true);
+  });
+});
