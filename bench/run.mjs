@@ -261,7 +261,7 @@ const cases = [
     info: true,
     format: "safetensors",
     baselines: ["py:keys"],
-    target: ["py:keys", 2],
+    target: ["py:keys", 1],
   },
   {
     name: "safetensors → JSON, one 256 MiB F32 tensor",
