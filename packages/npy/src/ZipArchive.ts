@@ -17,7 +17,6 @@ import {
   StConvertError,
   type TensorEntry,
   bytesSource,
-  crc32FileRange,
   hasLoneSurrogate,
   pipeTensor,
   readRange,
@@ -25,7 +24,7 @@ import {
 import type { Codec } from "./Codec.js";
 import type { Payload } from "./Payload.js";
 import { THREAD_CRC_FROM, crc32Stream, withCrc32 } from "./crcThread.js";
-import { crcCounted } from "./crcTensor.js";
+import { crcCounted, rangeCrc32 } from "./crcTensor.js";
 
 /**
  * Largest central directory read, in bytes. 64 MiB lists more than a million members; a larger
@@ -595,13 +594,7 @@ function checkRangeOf(member: ZipMember, offset: number, length: number): void {
 }
 
 function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Payload {
-  const crcOf = async (offset: number, length: number, crc: number): Promise<number> => {
-    const native = crc32FileRange(source, member.dataOffset + offset, length, crc);
-    if (native !== undefined) return native;
-    // reuse: each chunk is folded into the CRC before the next is asked for.
-    for await (const chunk of readRange(source, member.dataOffset + offset, length, { reuse: true })) crc = codec.crc32(chunk, crc);
-    return crc;
-  };
+  const crcOf = (offset: number, length: number, crc: number): Promise<number> => rangeCrc32(source, member.dataOffset + offset, length, crc, codec);
   return {
     size: member.size,
     head: (length) => source.read(member.dataOffset, Math.min(length, member.size)),

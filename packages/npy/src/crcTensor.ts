@@ -4,7 +4,7 @@
  * of its own over the extent's bytes that runs alongside the copy. Zip writers (npz, torch) use it
  * to record a member's CRC without a second pass over its data.
  */
-import { type ChunkOptions, type TensorEntry, type TensorExtent, crc32FileRange, readRange } from "@st-convert/core";
+import { type ByteSource, type ChunkOptions, type TensorEntry, type TensorExtent, crc32FileRange, readRange } from "@st-convert/core";
 import type { Codec } from "./Codec.js";
 
 /** What {@link crcCounted} returns. */
@@ -50,15 +50,24 @@ export function crcCounted(tensor: TensorEntry, codec: Codec, initial = 0): CrcC
       async check() {
         const checking = own?.();
         checking?.catch(() => {});
-        let folded = await crc32FileRange(extent.source, extent.offset, length, initial);
-        if (folded === undefined) {
-          folded = initial;
-          for await (const chunk of readRange(extent.source, extent.offset, length, { reuse: true })) folded = codec.crc32(chunk, folded);
-        }
-        crc = folded;
+        crc = await rangeCrc32(extent.source, extent.offset, length, initial, codec);
         await checking;
       },
     };
   }
   return { entry, crc: () => crc };
+}
+
+/**
+ * The CRC-32 of `length` bytes of `source` from `offset`, continuing from `initial`: through the
+ * native module's read on the thread pool for a local file (core's `crc32FileRange`), else folded
+ * over the bytes read here with `codec`.
+ */
+export async function rangeCrc32(source: ByteSource, offset: number, length: number, initial: number, codec: Codec): Promise<number> {
+  const native = crc32FileRange(source, offset, length, initial);
+  if (native !== undefined) return native;
+  let crc = initial;
+  // reuse: each chunk is folded into the CRC before the next is asked for.
+  for await (const chunk of readRange(source, offset, length, { reuse: true })) crc = codec.crc32(chunk, crc);
+  return crc;
 }
