@@ -2,8 +2,9 @@
 // Python reference pipeline, in the same run, interleaved, and writes docs/benchmarks.md.
 //
 //   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--many 50000,500000] [--many-folders N,…]
-//              [--many-rows SUBSTRING] [--out docs/benchmarks.md] [--results bench/results.json]
+//              [--many-rows SUBSTRING] [--big-only] [--out docs/benchmarks.md] [--results bench/results.json]
 //
+// `--big-only` runs only the big-input section (`--big SIZE`), for the rows `--only` picks.
 // Figures are kept in bench/results.json, row by row: a run replaces the rows it measured and
 // the page is rendered from all of them, so `--only` refreshes part of the page.
 //
@@ -55,6 +56,7 @@ const { values } = parseArgs({
     many: { type: "string", default: "50000,500000" },
     "many-folders": { type: "string" },
     "many-rows": { type: "string" },
+    "big-only": { type: "boolean", default: false },
   },
 });
 
@@ -532,7 +534,7 @@ function report(rows, big, many) {
     "## Reading these figures",
     "",
     "- The machine is shared: the same command varies by 20–50 % between runs, and the Python pipelines by more. Ratios near a target flip between runs; the raw times below show the spread.",
-    "- With the native module, st-convert copies a tensor whose bytes pass as they are in the kernel (`copy_file_range`, 64 MiB per call), as `cp` does; a check it owes (a stored member's CRC-32) reads the bytes alongside. Without it, a read and a write per 2 MiB chunk, from a ring of three reused buffers. At 1 GiB `cp` takes 0.2–0.3 s here, and Node's own start-up about 0.1 s of each run (35 ms of it from this machine's `NODE_EXTRA_CA_CERTS`, which Node loads before any script runs), plus ~10 ms for st-convert's bundle: that alone puts a 1 GiB pass-through at 1.4× `cp` or more. Where the input's and output's offsets lie at different places within a page (npy, npz, flax and PyTorch data against a safetensors header), `copy_file_range` moves each page in two parts and took 1.5–2× as long as an equally placed copy in an experiment here (0.35–0.44 s against 0.22–0.24 s for 1 GiB); a write from the input mapped in 8 MiB windows took 0.18–0.31 s there, and is the next step.",
+    "- With the native module, st-convert copies a tensor whose bytes pass as they are in the kernel (`copy_file_range`, 64 MiB per call), as `cp` does; a check it owes (a stored member's CRC-32) reads the bytes alongside. Without it, a read and a write per 2 MiB chunk, from a ring of three reused buffers. At 1 GiB `cp` takes 0.2–0.3 s here, and Node's own start-up about 0.11 s of each run (`node -e 0`; 43 ms of it from this machine's `NODE_EXTRA_CA_CERTS`, which Node loads before any script runs), plus 40–45 ms for st-convert's modules (about 480 KB of JavaScript compiled for a PyTorch conversion, measured 2026-12-02): that alone puts a 1 GiB pass-through at 1.4× `cp` or more. Where the input's and output's offsets lie at different places within a page (npy, npz, flax and PyTorch data against a safetensors header), `copy_file_range` moves each page in two parts and took 1.5–2× as long as an equally placed copy in an experiment here (0.35–0.44 s against 0.22–0.24 s for 1 GiB); a write from the input mapped in 8 MiB windows took 0.18–0.31 s in one session and 0.5–2.4 s in the next (this VM's page faults cost up to ~14 µs each, and a mapping faults every page in), and a read and a write through a 2 MiB buffer 0.2–2 s, so `copy_file_range` stays. Two `copy_file_range` calls into one file at once took as long as one (the kernel serializes writes to a file). A check's CRC-32 (npz and PyTorch stored members) reads its bytes on the thread pool through a 256 KiB buffer (`crc32Range`, 0.13 s/GiB) beside the copy.",
     "- Chunks of 4 MiB made most runs on this machine spend 2–3× the system time in page-cache writes (2.0–2.3× `cp` against 1.1–1.4× with 2 MiB, same paths, medians of 9–11 runs), hence the 2 MiB default.",
     "- A stored `.npz` adds the CRC-32 check of every member (zlib's crc32, about 0.15 s of CPU per GiB). It is folded in while the chunk before is being written, but on 2 cores it still competes with the read and the write for CPU time (stored npz: 1.3–1.4× `cp` in separate A/B runs, safetensors and npy 1.0–1.25×). The check stays: an archive whose bytes do not match their CRC is refused, as numpy's zipfile refuses it.",
     "- Outputs of several GiB: on this VM, write calls of 1 MiB or more into fresh page cache often cost 2–10× the system time, more so as the page cache fills memory (ext4 on Linux 6.18 apparently allocates page-cache folios as large as the write, which fragmented memory makes expensive). 4 GiB safetensors → safetensors took 3.2–4.3 s against `cp`'s 1.2–1.3 s; the 8 GiB rows above show it too. Writes of 512 KiB avoid it (1.3–1.4 s at 4 GiB), but cost 20–40 % more at 1 GiB when issued through Node's thread pool, and made synchronous they serialize the npz CRC with the write (1.87× `cp` at 1 GiB); picking the write size by output size is the open follow-up. The stored npz path, paced by its CRC, does not show it (8 GiB: 4.2 s, `cp` 3.7 s).",
@@ -865,7 +867,8 @@ function renderStored(results) {
 
 mkdirSync(work, { recursive: true });
 if (python === undefined) console.warn("bench: no reference Python; inputs cannot be made (create .venv-ref as the README says)");
-const selected = cases.filter((c) => chosen(c.name) && hasFormat(c.format));
+// --big-only: only the big-input section, for the rows --only picks.
+const selected = values["big-only"] ? [] : cases.filter((c) => chosen(c.name) && hasFormat(c.format));
 for (const c of cases.filter((c) => !hasFormat(c.format))) console.warn(`bench: skipping "${c.name}": format ${c.format} is not registered`);
 const stored = loadResults();
 const states = values.state.split(",");
@@ -892,7 +895,7 @@ for (const state of states) {
     );
   }
 }
-const wantsMany = values.only === undefined || values.only.split("|").some((part) => "many small tensors".includes(part));
+const wantsMany = !values["big-only"] && (values.only === undefined || values.only.split("|").some((part) => "many small tensors".includes(part)));
 const manyCounts = values.many.split(",").map(Number);
 if (wantsMany && python !== undefined) {
   enterState(states[0]);
