@@ -16,6 +16,7 @@ import {
   MemorySink,
   StConvertError,
   type TensorEntry,
+  type TensorExtent,
   type TensorSource,
   checkedByteLength,
   compareCodePoints,
@@ -24,6 +25,7 @@ import {
   quoteName,
   KERNEL_COPY_FROM,
   readAhead,
+  readRange,
   readTensorBytes,
   withContext,
 } from "@st-convert/core";
@@ -497,6 +499,8 @@ async function writeArray(tensor: TensorEntry, out: MsgpackEncoder, type: 1 | 3,
   }
 
   if (run === undefined) return writeWhole(tensor, out, type, info.numpyName!, chunkSize);
+  const extent = tensor.byteLength >= KERNEL_COPY_FROM ? tensor.extent?.() : undefined;
+  if (extent !== undefined) return writeChunkedExtent(tensor, extent, pieces, out, info.numpyName!, chunkSize);
   const source = tensor.chunks({ chunkSize })[Symbol.asyncIterator]();
   let next = source.next();
   next.catch(() => {});
@@ -544,6 +548,48 @@ async function writeArray(tensor: TensorEntry, out: MsgpackEncoder, type: 1 | 3,
     }
   } catch (error) {
     await source.return?.();
+    throw withContext(error, { tensor: tensor.name });
+  }
+}
+
+/**
+ * flax's chunk dict of an array whose bytes lie as they are in a file: each chunk's header, then
+ * its bytes piped from its part of the extent (copied in the kernel where the sink can), so that a
+ * 2 GiB tensor past {@link MAX_CHUNK_SIZE} is copied as one below it is. The extent's check (a
+ * stored member's CRC) goes with the first chunk; a chunk that the sink declines to copy is read
+ * from the same range, after the check.
+ */
+async function writeChunkedExtent(
+  tensor: TensorEntry,
+  extent: TensorExtent,
+  pieces: readonly Piece[],
+  out: MsgpackEncoder,
+  dtypeName: string,
+  chunkSize: number,
+): Promise<void> {
+  let start = 0;
+  try {
+    for (const [i, piece] of pieces.entries()) {
+      out.str(piece.key!);
+      out.ndarrayHeader(piece.shape, dtypeName, piece.byteLength, 1);
+      const at = extent.offset + start;
+      const check = i === 0 ? extent.check : undefined;
+      const done = start;
+      const part: TensorEntry = {
+        name: tensor.name,
+        dtype: tensor.dtype,
+        shape: piece.shape,
+        byteLength: piece.byteLength,
+        async *chunks(options) {
+          await check?.();
+          yield* readRange(extent.source, at, piece.byteLength, options);
+        },
+        extent: () => ({ source: extent.source, offset: at, check, copied: extent.copied && ((bytes) => extent.copied!(done + bytes)) }),
+      };
+      await out.pipe(part, chunkSize);
+      start += piece.byteLength;
+    }
+  } catch (error) {
     throw withContext(error, { tensor: tensor.name });
   }
 }
