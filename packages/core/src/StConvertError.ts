@@ -100,6 +100,15 @@ export class StConvertError<C extends string = string> extends Error {
   }
 }
 
+/** A file that ended at byte `endedAt` while bytes up to `expectedEnd` were being read: shrunk under the reader. */
+export function endedEarly(endedAt: number, expectedEnd: number, file?: string): StConvertError {
+  return new StConvertError(
+    "UnexpectedEof",
+    `the file ended at byte ${endedAt} while ${expectedEnd} were expected (was it truncated while being read?)`,
+    file === undefined ? {} : { file },
+  );
+}
+
 function composeMessage(rule: string, { file, tensor }: ErrorContext): string {
   const where = [file, tensor === undefined ? undefined : `tensor ${quoteName(tensor)}`].filter((part): part is string => part !== undefined);
   return where.length === 0 ? rule : `${where.join(": ")}: ${rule}`;

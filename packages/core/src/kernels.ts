@@ -4,7 +4,7 @@
  * loads (`@st-convert/native`). Everything has a portable path; these only change its speed.
  */
 import type { ByteSource } from "./ByteSource.js";
-import { StConvertError } from "./StConvertError.js";
+import { StConvertError, endedEarly } from "./StConvertError.js";
 
 export interface Kernels {
   /** CRC-32 (ISO-HDLC, as zip uses it) of `bytes`, continuing from `previous` (default 0). */
@@ -54,13 +54,7 @@ export function crc32FileRange(source: ByteSource, offset: number, length: numbe
   if (typeof fd !== "number" || range === undefined || length < CRC_RANGE_FROM) return undefined;
   return range(fd, offset, length, previous).catch((error: unknown) => {
     const { errno, copied, message } = error as { errno?: number; copied?: number; message?: string };
-    if (errno === 0) {
-      throw new StConvertError(
-        "UnexpectedEof",
-        `the file ended at byte ${offset + (copied ?? 0)} while ${offset + length} were expected (was it truncated while being read?)`,
-        { file: source.name },
-      );
-    }
+    if (errno === 0) throw endedEarly(offset + (copied ?? 0), offset + length, source.name);
     throw new StConvertError("Io", `read failed: ${message ?? String(error)}`, { file: source.name });
   });
 }

@@ -29,7 +29,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { type CopyRangeError, nativeIo } from "@st-convert/native";
 import { type ByteSink, type ByteSource, DEFAULT_CHUNK_SIZE, type ScratchSpace, WRITTEN, checkRange } from "./ByteSource.js";
 import { kernels } from "./kernels.js";
-import { StConvertError, isStConvertError, withContext } from "./StConvertError.js";
+import { StConvertError, endedEarly, isStConvertError, withContext } from "./StConvertError.js";
 
 /** A {@link ByteSource} over an open file; `close()` releases the descriptor. */
 export interface FileSource extends ByteSource {
@@ -167,12 +167,7 @@ function descriptorSource(fd: number, path: string, size: number, regular: boole
 
 /** The position after a read of `bytesRead` bytes; a read of none means the file shrank under us. */
 function advance(bytesRead: number, offset: number, filled: number, length: number): number {
-  if (bytesRead === 0) {
-    throw new StConvertError(
-      "UnexpectedEof",
-      `the file ended at byte ${offset + filled} while ${offset + length} were expected (was it truncated while being read?)`,
-    );
-  }
+  if (bytesRead === 0) throw endedEarly(offset + filled, offset + length);
   return filled + bytesRead;
 }
 
@@ -481,13 +476,7 @@ async function atomicSink(
           return;
         }
         kernelCopied += copied;
-        if (copied < length) {
-          throw new StConvertError(
-            "UnexpectedEof",
-            `the file ended at byte ${offset + copied} while ${offset + length} were expected (was it truncated while being read?)`,
-            { file: source.name },
-          );
-        }
+        if (copied < length) throw endedEarly(offset + copied, offset + length, source.name);
       };
       return writer.copy(step, length).catch((error: unknown) => {
         throw ioError(error, name, "write failed");

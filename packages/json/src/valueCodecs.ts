@@ -605,11 +605,7 @@ export function formatFloat32s(words: Uint32Array, index: number, end: number, o
     index = NATIVE_STATE[0]!;
     if (index >= end || pos > limit) break;
     // An element the kernel left for the exact route (or for want of room): written here.
-    if (index > 0 || !first) {
-      out[pos] = 0x2c;
-      out[pos + 1] = 0x20;
-      pos += 2;
-    }
+    if (index > 0 || !first) pos = separator(out, pos);
     pos = writeFloat32(out, pos, words[index]!);
     index++;
     if (index >= end || pos > limit) break;

@@ -158,11 +158,13 @@ static void write_digits(uint8_t* out, size_t at, int32_t v, int count) {
   if (count == 1) out[--i] = (uint8_t)('0' + v);
 }
 
+static const int32_t POW10[10] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000};
+
 /* writeDecimal of valueCodecs: plain for 1e-6 <= |v| < 1e15, else d.ddde±X. */
 static size_t write_decimal(uint8_t* out, size_t pos, int negative, int32_t v, int e) {
   if (negative) out[pos++] = '-';
   int p = digit_count(v);
-  int n = p + e;
+  int n = p + e; /* the decimal point sits after n digits */
   if (n > 0 && n <= 15) {
     if (e >= 0) {
       write_digits(out, pos, v, p);
@@ -170,23 +172,11 @@ static size_t write_decimal(uint8_t* out, size_t pos, int negative, int32_t v, i
       for (int i = 0; i < e; i++) out[pos++] = '0';
       return pos;
     }
-    int32_t rest = v;
-    size_t at = pos + (size_t)p + 1;
-    int fraction = p - n;
-    for (; fraction >= 2; fraction -= 2) {
-      int32_t q = rest / 100;
-      int r = 2 * (int)(rest - q * 100);
-      out[--at] = (uint8_t)PAIRS[r + 1];
-      out[--at] = (uint8_t)PAIRS[r];
-      rest = q;
-    }
-    if (fraction == 1) {
-      int32_t q = rest / 10;
-      out[--at] = (uint8_t)('0' + (rest - q * 10));
-      rest = q;
-    }
-    out[--at] = '.';
-    write_digits(out, pos, rest, n);
+    /* n integer digits, a point, p - n fraction digits (leading zeros kept). */
+    int32_t tens = POW10[p - n];
+    write_digits(out, pos, v / tens, n);
+    out[pos + (size_t)n] = '.';
+    write_digits(out, pos + (size_t)n + 1, v % tens, p - n);
     return pos + (size_t)p + 1;
   }
   if (n <= 0 && n > -6) {
@@ -196,13 +186,12 @@ static size_t write_decimal(uint8_t* out, size_t pos, int negative, int32_t v, i
     write_digits(out, pos, v, p);
     return pos + (size_t)p;
   }
+  /* d.ddde±X: the first digit, then the others after a point. */
   if (p > 1) {
-    int32_t tens = 1;
-    for (int i = 1; i < p; i++) tens *= 10;
-    int32_t lead = v / tens;
+    int32_t lead = v / POW10[p - 1];
     out[pos++] = (uint8_t)('0' + lead);
     out[pos++] = '.';
-    write_digits(out, pos, v - lead * tens, p - 1);
+    write_digits(out, pos, v - lead * POW10[p - 1], p - 1);
     pos += (size_t)(p - 1);
   } else {
     out[pos++] = (uint8_t)('0' + v);
