@@ -1,4 +1,4 @@
-// Builds dist/fastio.node from src/fastio.c and src/json.c with the machine's C compiler and Node's own headers
+// Builds dist/fastio.node from src/fastio.c, src/json.c and src/cast.c with the machine's C compiler and Node's own headers
 // (Node-API: one build serves every Node version from 18 on). No node-gyp, no download. Where
 // there is no compiler, no headers or not Linux, it says so and builds nothing: st-convert then
 // copies and checks through JavaScript (see README.md), so a set-up never fails here.
@@ -42,6 +42,7 @@ const run = spawnSync(
     headers,
     join(here, "src", "fastio.c"),
     join(here, "src", "json.c"),
+    join(here, "src", "cast.c"),
     "-lm",
     "-o",
     temporary,

@@ -27,9 +27,12 @@
  * pattern's result (built once per pair), float32 sources to an 8-bit target through a table
  * indexed by the top 16 bits and whether the low 16 are zero (enough, since every 8-bit target
  * rounds at bit 19 or above), F16 and BF16 targets through integer loops (F32 → BF16, the cast
- * most conversions make, through WebAssembly SIMD where the engine has it).
+ * most conversions make, through WebAssembly SIMD where the engine has it). Where a runtime
+ * installed `kernels.castFloats` (the native module under Node), the float loops of a call of
+ * {@link NATIVE_CAST_FROM} elements or more run there instead, bit for bit the same.
  */
 import type { Dtype } from "./dtypes.js";
+import { CAST_OPS, kernels } from "./kernels.js";
 import { StConvertError } from "./StConvertError.js";
 import { LITTLE_ENDIAN } from "./swapBytes.js";
 
@@ -79,9 +82,10 @@ export type CastKernel = (src: Uint8Array, dst: Uint8Array, count: number) => nu
 
 /**
  * A kernel casting `from` to `to`. Each call makes a new kernel (some keep scratch space).
+ * `portable`: the JavaScript loops only, never the native ones (for tests that compare them).
  * @throws StConvertError `InvalidArgument` when {@link canCast} is false.
  */
-export function castKernel(from: Dtype, to: Dtype): CastKernel {
+export function castKernel(from: Dtype, to: Dtype, { portable = false }: { portable?: boolean } = {}): CastKernel {
   checkCastable(from, to);
   if (from === to && canCast(from, to)) {
     const width = WIDTH[from as FloatDtype | IntegerDtype];
@@ -90,7 +94,7 @@ export function castKernel(from: Dtype, to: Dtype): CastKernel {
       return -1;
     };
   }
-  if (isFloatCastDtype(from) && isFloatCastDtype(to)) return floatKernel(from, to);
+  if (isFloatCastDtype(from) && isFloatCastDtype(to)) return floatKernel(from, to, portable ? (_, kernel) => kernel : withNative);
   return integerKernel(from as IntegerDtype, to as IntegerDtype);
 }
 
@@ -318,26 +322,54 @@ function f32ByteTable(to: SmallFloat): Uint8Array {
   return table;
 }
 
-function floatKernel(from: FloatDtype, to: FloatDtype): CastKernel {
+/**
+ * Elements from which a float cast runs in `kernels.castFloats` (kernels.ts) when a runtime installed
+ * it (the native module under Node: 5–10× the JavaScript's speed); below it, the call costs
+ * more than it saves.
+ */
+export const NATIVE_CAST_FROM = 256;
+
+/**
+ * `portable`, or the native loop `op` (over `table`'s bytes, for the table ops) for calls of
+ * {@link NATIVE_CAST_FROM} elements or more when it is installed: looked up at each call, so a
+ * kernel made before the native module loaded still uses it.
+ */
+function withNative(op: number, portable: CastKernel, table?: Table): CastKernel {
+  const bytes = table === undefined ? undefined : new Uint8Array(table.buffer, table.byteOffset, table.byteLength);
+  return (src, dst, count) => {
+    const run = kernels.castFloats;
+    if (run === undefined || count < NATIVE_CAST_FROM) return portable(src, dst, count);
+    run(op, src, dst, count, bytes);
+    return -1;
+  };
+}
+
+/** {@link withNative}, or a stand-in that keeps the portable kernel. */
+type Wrap = (op: number, portable: CastKernel, table?: Table) => CastKernel;
+
+function floatKernel(from: FloatDtype, to: FloatDtype, wrap: Wrap): CastKernel {
   if (from === "F64") {
-    if (to === "F32") return f64ToF32;
+    const f64ToF32Kernel = wrap(CAST_OPS.f64ToF32, f64ToF32);
+    if (to === "F32") return f64ToF32Kernel;
     // Rounded to float32 first, as torch does, into scratch space reused between calls.
-    const narrow = floatKernel("F32", to);
+    const narrow = floatKernel("F32", to, wrap);
     let staged = new Uint8Array(0);
     return (src, dst, count) => {
       if (staged.byteLength < count * 4) staged = new Uint8Array(count * 4);
-      f64ToF32(src, staged, count);
+      f64ToF32Kernel(src, staged, count);
       return narrow(staged, dst, count);
     };
   }
   if (from === "F32") {
-    if (to === "F64") return f32ToF64;
-    if (to === "BF16") return simdF32ToBf16() ?? f32ToBf16;
-    if (to === "F16") return f32ToF16Kernel();
-    return f32ToByteKernel(f32ByteTable(to as SmallFloat));
+    if (to === "F64") return wrap(CAST_OPS.f32ToF64, f32ToF64);
+    if (to === "BF16") return wrap(CAST_OPS.f32ToBf16, simdF32ToBf16() ?? f32ToBf16);
+    if (to === "F16") return wrap(CAST_OPS.f32ToF16, f32ToF16Kernel());
+    const table = f32ByteTable(to as SmallFloat);
+    return wrap(CAST_OPS.f32ToByte, f32ToByteKernel(table), table);
   }
-  if (from === "BF16" && to === "F32") return bf16ToF32;
-  return tableKernel(patternTable(from, to), WIDTH[from], to === "F64");
+  if (from === "BF16" && to === "F32") return wrap(CAST_OPS.bf16ToF32, bf16ToF32);
+  const table = patternTable(from, to);
+  return wrap(WIDTH[from] === 2 ? CAST_OPS.halfTable : CAST_OPS.byteTable, tableKernel(table, WIDTH[from], to === "F64"), table);
 }
 
 /**

@@ -33,7 +33,33 @@ export interface Kernels {
     state: Float64Array,
   ) => number;
   numberRun?: (buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number, state: Float64Array) => number;
+  /**
+   * The float casts' element loops, bit for bit what castKernels.ts's JavaScript does (core's
+   * tests compare them): `count` elements of `src` (native-endian, any alignment) cast into
+   * `dst` by `op`, one of {@link CAST_OPS}; the table ops take castKernels' pattern table.
+   */
+  castFloats?: (op: number, src: Uint8Array, dst: Uint8Array, count: number, table?: Uint8Array) => void;
 }
+
+/** {@link Kernels.castFloats}' operations. */
+export const CAST_OPS = {
+  /** float32 → BF16, c10's round to nearest even; NaN gives 0x7FC0. */
+  f32ToBf16: 0,
+  /** float32 → F16, as F16C's `vcvtps2ph`. */
+  f32ToF16: 1,
+  /** float64 → float32, to nearest even; a NaN keeps its sign and top payload bits, quieted. */
+  f64ToF32: 2,
+  /** float32 → float64, exact; a NaN keeps its sign and payload, quieted. */
+  f32ToF64: 3,
+  /** BF16 → float32: a shift. */
+  bf16ToF32: 4,
+  /** float32 → an 8-bit float through a 0x20000-entry table (top 16 bits, low 16 bits nonzero). */
+  f32ToByte: 5,
+  /** An 8-bit pattern through a table of 256 entries of 1, 2, 4 or 8 bytes. */
+  byteTable: 6,
+  /** A 16-bit pattern through a table of 65,536 entries of 1, 2, 4 or 8 bytes. */
+  halfTable: 7,
+} as const;
 
 /** The kernels installed in this runtime (a module-wide registry: one per process or worker). */
 export const kernels: Kernels = {};

@@ -52,6 +52,7 @@ if (native !== undefined) {
   kernels.formatFloat32s = native.formatFloat32s;
   kernels.storeFloat32Run = native.storeFloat32Run;
   kernels.numberRun = native.numberRun;
+  kernels.castFloats = native.castFloats;
 }
 
 /**

@@ -1,11 +1,13 @@
 /**
  * Our casts against torch's `Tensor.to` (fixtures/casts, made by fixtures/gen_casts.py): every bit
  * pattern of each 8- and 16-bit float, seeded float32 and float64 sets of every class of value,
- * and the range edges of every integer dtype. Bit for bit; no Python here.
+ * and the range edges of every integer dtype. Bit for bit; no Python here. The float casts run
+ * twice: through the JavaScript loops, and through the native module's (`kernels.castFloats`).
  */
 import { readFileSync } from "node:fs";
-import { describe, expect, it } from "vitest";
-import { type Dtype, INTEGER_RANGES, castTensor, dtypeInfo, isStConvertError, readTensorBytes, tensorFromBytes } from "@st-convert/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Dtype, INTEGER_RANGES, castTensor, dtypeInfo, isStConvertError, kernels, readTensorBytes, tensorFromBytes } from "@st-convert/core";
+import "@st-convert/core/node";
 import { fixturePath } from "@st-convert/testing";
 
 interface Pair {
@@ -67,7 +69,19 @@ function differences(input: Uint8Array, from: Dtype, expected: Uint8Array, actua
 const floatPairs = manifest.pairs.filter((p) => !INTEGER_RANGES[p.from as keyof typeof INTEGER_RANGES]);
 const integerPairs = manifest.pairs.filter((p) => INTEGER_RANGES[p.from as keyof typeof INTEGER_RANGES]);
 
-describe(`float casts equal torch ${manifest.torch}'s, bit for bit`, () => {
+const nativeCasts = kernels.castFloats;
+if (nativeCasts === undefined && process.env.ST_CONVERT_REQUIRE_NATIVE === "1") throw new Error("the native module's cast loops are required here");
+const loops = nativeCasts === undefined ? ["JavaScript"] : ["JavaScript", "native"];
+
+describe.each(loops)(`float casts equal torch ${manifest.torch}'s, bit for bit (%s loops)`, (loop) => {
+  // The JavaScript run takes the native loops out of the registry for its tests, and puts them back.
+  beforeAll(() => {
+    if (loop === "JavaScript") delete kernels.castFloats;
+  });
+  afterAll(() => {
+    if (nativeCasts !== undefined) kernels.castFloats = nativeCasts;
+  });
+
   it("has every pair of the nine float dtypes", () => expect(floatPairs.length).toBe(72));
 
   it.each(floatPairs.filter((p) => p.output !== undefined).map((p) => [`${p.from} -> ${p.to}`, p] as const))("%s", async (_, pair) => {

@@ -4,11 +4,13 @@
  * elements and 32-bit words at a time on little-endian hosts). Every element lands in every lane
  * of a group (the input started 0 to 4 elements in), groups holding a NaN or an out-of-line value
  * next to ordinary ones, every tail length, sources and targets that start on a 2-byte but not a
- * 4-byte boundary, and nothing written outside the target.
+ * 4-byte boundary, and nothing written outside the target; the same for the native module's
+ * loops where it is built.
  */
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { type CastKernel, type Dtype, dtypeInfo } from "@st-convert/core";
+import { type CastKernel, type Dtype, dtypeInfo, kernels } from "@st-convert/core";
+import "@st-convert/core/node";
 import { fixturePath } from "@st-convert/testing";
 // From the source, not the package: the integer loop and the SIMD kernel are not exported by it,
 // and castKernel must be the same module's to share the SIMD kernel.
@@ -27,13 +29,27 @@ function placed(bytes: Uint8Array, at: number, guard: number): { buffer: Uint8Ar
   return { buffer, view: buffer.subarray(at, at + bytes.byteLength) };
 }
 
+const portable = { portable: true };
+const nativeLoops = kernels.castFloats !== undefined;
+if (!nativeLoops && process.env.ST_CONVERT_REQUIRE_NATIVE === "1") throw new Error("the native module's cast loops are required here");
+
 const cases: [string, Dtype, Dtype, () => CastKernel, () => Uint8Array, string][] = [
-  ["F32 -> BF16 (castKernel: SIMD)", "F32", "BF16", () => castKernel("F32", "BF16"), () => read("F32.bin"), "F32-BF16.bin"],
+  ["F32 -> BF16 (castKernel: SIMD)", "F32", "BF16", () => castKernel("F32", "BF16", portable), () => read("F32.bin"), "F32-BF16.bin"],
   ["F32 -> BF16 (the integer loop)", "F32", "BF16", () => f32ToBf16, () => read("F32.bin"), "F32-BF16.bin"],
-  ["F32 -> F16", "F32", "F16", () => castKernel("F32", "F16"), () => read("F32.bin"), "F32-F16.bin"],
-  ["BF16 -> F32", "BF16", "F32", () => castKernel("BF16", "F32"), allHalves, "BF16-F32.bin"],
-  ["F16 -> F32", "F16", "F32", () => castKernel("F16", "F32"), allHalves, "F16-F32.bin"],
+  ["F32 -> F16", "F32", "F16", () => castKernel("F32", "F16", portable), () => read("F32.bin"), "F32-F16.bin"],
+  ["BF16 -> F32", "BF16", "F32", () => castKernel("BF16", "F32", portable), allHalves, "BF16-F32.bin"],
+  ["F16 -> F32", "F16", "F32", () => castKernel("F16", "F32", portable), allHalves, "F16-F32.bin"],
 ];
+// The native module's loops (SSE2 groups of eight on x86-64, then C), through castKernel as
+// conversions use them: groups, tails and byte offsets matter to them as to the JavaScript.
+if (nativeLoops) {
+  cases.push(
+    ["F32 -> BF16 (native)", "F32", "BF16", () => castKernel("F32", "BF16"), () => read("F32.bin"), "F32-BF16.bin"],
+    ["F32 -> F16 (native)", "F32", "F16", () => castKernel("F32", "F16"), () => read("F32.bin"), "F32-F16.bin"],
+    ["BF16 -> F32 (native)", "BF16", "F32", () => castKernel("BF16", "F32"), allHalves, "BF16-F32.bin"],
+    ["F16 -> F32 (native, a pattern table)", "F16", "F32", () => castKernel("F16", "F32"), allHalves, "F16-F32.bin"],
+  );
+}
 
 describe.each(cases)("%s in groups", (_, from, to, kernel, input, output) => {
   const source = input();
@@ -98,7 +114,7 @@ describe("F32 -> BF16 in WebAssembly SIMD", () => {
   it("runs under Node (so the tests above cover it), and castKernel uses it", () => {
     const simd = simdF32ToBf16();
     expect(simd).toBeDefined();
-    expect(castKernel("F32", "BF16")).toBe(simd);
+    expect(castKernel("F32", "BF16", portable)).toBe(simd);
   });
 
   it("spans several blocks of its memory (the fixture holds more than two)", () => expect(n).toBeGreaterThan(2 * 8192));
@@ -108,7 +124,7 @@ describe("F32 -> BF16 in WebAssembly SIMD", () => {
     // other kernel's call would show.
     const reversed = new Uint8Array(new Uint32Array(new Uint32Array(source.slice().buffer).reverse()).buffer);
     const reversedExpected = new Uint8Array(new Uint16Array(new Uint16Array(expected.slice().buffer).reverse()).buffer);
-    const [a, b] = [castKernel("F32", "BF16"), castKernel("F32", "BF16")];
+    const [a, b] = [castKernel("F32", "BF16", portable), castKernel("F32", "BF16", portable)];
     const outA = new Uint8Array(n * 2);
     const outB = new Uint8Array(n * 2);
     for (let at = 0, k = 0; at < n; k++) {

@@ -19,7 +19,8 @@
  *     carry-less multiplication (PCLMULQDQ) folding 64 bytes per step where the CPU has it, a
  *     slice-by-8 table elsewhere.
  *
- * and, from json.c, the JSON form's F32 loops (formatFloat32s, storeFloat32Run, numberRun).
+ * and, from json.c, the JSON form's F32 loops (formatFloat32s, storeFloat32Run, numberRun); from
+ * cast.c, the float casts' element loops (castFloats).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cast.h"
 #include "json.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -341,6 +343,7 @@ NAPI_MODULE_INIT() {
   napi_create_function(env, "crc32", NAPI_AUTO_LENGTH, crc32_js, NULL, &fn);
   napi_set_named_property(env, exports, "crc32", fn);
   json_register(env, exports);
+  cast_register(env, exports);
   napi_get_boolean(env, can_fold != 0, &flag);
   napi_set_named_property(env, exports, "crc32Folds", flag);
   return exports;

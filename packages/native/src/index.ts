@@ -36,6 +36,13 @@ export interface NativeIo {
   storeFloat32Run(buf: Uint8Array, i: number, final: boolean, floats: Float32Array, base: number, leaf: number, endLeaf: number, state: Float64Array): number;
   /** The JSON scanner's run of numbers after a value, as its `numberRun`; `state[0]` is the count. */
   numberRun(buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number, state: Float64Array): number;
+  /**
+   * The float casts' element loops, as core's castKernels.ts has them: `count` elements of `src`
+   * cast into `dst` (Uint8Arrays, native-endian, any alignment) by `op` (core's `CAST_OPS`);
+   * ops 5–7 read their results from `table`. Throws a TypeError for a bad argument or a count
+   * past either array's end.
+   */
+  castFloats(op: number, src: Uint8Array, dst: Uint8Array, count: number, table?: Uint8Array): void;
   /** Whether the CRC-32 folds with carry-less multiplication (PCLMULQDQ) on this CPU, rather than using a table. */
   readonly crc32Folds: boolean;
 }

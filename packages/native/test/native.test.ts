@@ -164,6 +164,43 @@ maybe("crc32Range", () => {
   });
 });
 
+maybe("castFloats", () => {
+  const src = new Uint8Array(64);
+  const dst = new Uint8Array(64);
+
+  it("casts what it is given and nothing past `count`", () => {
+    // 1.0f, then 2.0f: BF16 0x3F80 and 0x4000; the third element is left alone.
+    new DataView(src.buffer).setFloat32(0, 1, true);
+    new DataView(src.buffer).setFloat32(4, 2, true);
+    dst.fill(0xa5);
+    native!.castFloats(0, src, dst, 2);
+    expect([...dst.subarray(0, 6)]).toEqual([0x80, 0x3f, 0x00, 0x40, 0xa5, 0xa5]);
+  });
+
+  it("refuses a count past either array's end, an unknown op, a missing or misshapen table", () => {
+    expect(() => native!.castFloats(0, src, dst, 17)).toThrow(/past the end/);
+    expect(() => native!.castFloats(3, src, dst, 9)).toThrow(/past the end/);
+    expect(() => native!.castFloats(8, src, dst, 1)).toThrow(/unknown op/);
+    expect(() => native!.castFloats(-1, src, dst, 1)).toThrow(/unknown op/);
+    expect(() => native!.castFloats(5, src, dst, 1)).toThrow(/needs a table/);
+    expect(() => native!.castFloats(5, src, dst, 1, new Uint8Array(100))).toThrow(/0x20000/);
+    expect(() => native!.castFloats(7, src, dst, 1, new Uint8Array(3 * 0x10000))).toThrow(/1, 2, 4 or 8 bytes/);
+    expect(() => native!.castFloats(0, new Uint16Array(8) as unknown as Uint8Array, dst, 1)).toThrow(TypeError);
+    expect(() => native!.castFloats(0, src, dst, 0.5)).toThrow(TypeError);
+  });
+
+  it("reads each pattern's entry from a table of 1, 2, 4 or 8 bytes", () => {
+    for (const entry of [1, 2, 4, 8]) {
+      const table = Uint8Array.from({ length: 256 * entry }, (_, i) => (i * 7 + 3) & 0xff);
+      const patterns = Uint8Array.from([0, 255, 17, 128]);
+      const out = new Uint8Array(4 * entry);
+      native!.castFloats(6, patterns, out, 4, table);
+      const want = [...patterns].flatMap((p) => [...table.subarray(p * entry, (p + 1) * entry)]);
+      expect([...out], `entries of ${entry}`).toEqual(want);
+    }
+  });
+});
+
 describe("nativeIo", () => {
   it("is undefined, with the reason, when ST_CONVERT_NATIVE=0", async () => {
     const { spawnSync } = await import("node:child_process");
