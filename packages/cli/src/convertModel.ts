@@ -6,10 +6,10 @@
  * (config.json, tokenizer files) are copied when asked. Everything is written into a staging
  * folder inside the output folder and moved into place only when all of it succeeded.
  */
-import { copyFile, mkdir, readFile, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
-import { openFileSource } from "@st-convert/core/node";
+import { openFileSource, replaceFile } from "@st-convert/core/node";
 import { type ConvertOptions, convert, inspect } from "./convert.js";
 import { FORMATS, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
 import { type ShardPlan, type ShardedTensor, indexJson, shardable } from "./shards.js";
@@ -105,7 +105,8 @@ export async function convertModel(inputDir: string, outputDir: string, options:
           throw new StConvertError("OutputExists", "the output exists; pass --force to replace it", { file: join(outputDir, name) });
       }
     }
-    for (const name of written) await rename(join(staging, name), join(outputDir, name));
+    // With --force, a file there is swapped into staging (removed with it), not renamed over: see replaceFile.
+    for (const name of written) replaceFile(join(staging, name), join(outputDir, name));
   } finally {
     await rm(staging, { recursive: true, force: true });
   }

@@ -1,8 +1,9 @@
 import { spawnSync } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmdirSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { SINK_BUFFER_SIZE, SYNC_IO_BELOW, createFileSink, createScratchFile, openFileSource } from "@st-convert/core/node";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { SINK_BUFFER_SIZE, SYNC_IO_BELOW, createFileSink, createScratchFile, openFileSource, replaceFile } from "@st-convert/core/node";
+import { nativeAbsence, nativeIo } from "@st-convert/native";
 import { makeTempDir } from "@st-convert/testing";
 
 let dir: string;
@@ -103,6 +104,84 @@ describe("file sink", () => {
 
   it("reports a missing directory as an Io error", async () => {
     await expect(createFileSink(join(dir, "missing", "out.bin"))).rejects.toMatchObject({ code: "Io" });
+  });
+});
+
+describe("replacing an existing output (force)", () => {
+  const native = nativeIo();
+  if (native === undefined && process.env.ST_CONVERT_REQUIRE_NATIVE === "1") throw new Error(`the native module is required here: ${nativeAbsence}`);
+  const withNative = native === undefined ? it.skip : it;
+  const big = Uint8Array.from({ length: 3 * SINK_BUFFER_SIZE }, (_, i) => (i * 7) % 253);
+
+  async function writeOver(target: string): Promise<void> {
+    const sink = await createFileSink(target, { force: true });
+    await sink.write(big);
+    await sink.close();
+  }
+
+  withNative("swaps the new file in (no rename over the old one), removes the old one and leaves nothing else", async () => {
+    const target = join(dir, "out.bin");
+    writeFileSync(target, "old bytes");
+    const exchange = vi.spyOn(native!, "exchangePaths");
+    try {
+      await writeOver(target);
+      expect(exchange).toHaveBeenCalledTimes(1);
+      expect(exchange.mock.calls[0]![1]).toBe(target);
+    } finally {
+      exchange.mockRestore();
+    }
+    expect(Buffer.compare(readFileSync(target), big)).toBe(0);
+    expect(readdirSync(dir)).toEqual(["out.bin"]);
+  });
+
+  withNative("renames where the file system cannot swap (the swap fails), with the same result", async () => {
+    const target = join(dir, "out.bin");
+    writeFileSync(target, "old bytes");
+    const exchange = vi.spyOn(native!, "exchangePaths").mockImplementation(() => {
+      throw Object.assign(new Error("Invalid argument"), { errno: 22 });
+    });
+    try {
+      await writeOver(target);
+      expect(exchange).toHaveBeenCalledTimes(1);
+    } finally {
+      exchange.mockRestore();
+    }
+    expect(Buffer.compare(readFileSync(target), big)).toBe(0);
+    expect(readdirSync(dir)).toEqual(["out.bin"]);
+  });
+
+  withNative("puts back a folder that took the file's place just before the swap, and says so", async () => {
+    const target = join(dir, "out.bin");
+    writeFileSync(target, "old bytes");
+    const real = native!.exchangePaths;
+    const exchange = vi.spyOn(native!, "exchangePaths").mockImplementation((a, b) => {
+      // The first call: a folder appears at the target between the check and the swap.
+      if (exchange.mock.calls.length === 1) {
+        rmSync(target);
+        mkdirSync(target);
+        writeFileSync(join(target, "inside"), "theirs");
+      }
+      real(a, b);
+    });
+    try {
+      await expect(writeOver(target)).rejects.toMatchObject({ code: "Io", message: expect.stringContaining("became another kind of file") });
+    } finally {
+      exchange.mockRestore();
+    }
+    expect(statSync(target).isDirectory()).toBe(true);
+    expect(readFileSync(join(target, "inside"), "utf8")).toBe("theirs");
+    expect(readdirSync(dir)).toEqual(["out.bin"]);
+  });
+
+  it("replaceFile renames onto a missing target and replaces a regular one", () => {
+    const from = join(dir, "new.bin");
+    const to = join(dir, "out.bin");
+    writeFileSync(from, "first");
+    replaceFile(from, to);
+    writeFileSync(from, "second");
+    replaceFile(from, to);
+    expect(readFileSync(to, "utf8")).toBe("second");
+    expect(readdirSync(dir)).toEqual(["out.bin"]);
   });
 });
 

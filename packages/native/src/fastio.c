@@ -14,6 +14,10 @@
  *     Rejects as copyRange does; `copied` is then the bytes read, and an input that ends early
  *     rejects with `errno` 0.
  *
+ *   exchangePaths(a, b) -> undefined
+ *     Swaps what the two paths name, atomically (renameat2(2) with RENAME_EXCHANGE); throws an
+ *     Error carrying `errno` (EINVAL: this file system cannot; ENOENT: one of them is missing).
+ *
  *   crc32(bytes, previous) -> number
  *     CRC-32 (ISO-HDLC, as zip and zlib use it) of a Uint8Array, continuing from `previous`:
  *     carry-less multiplication (PCLMULQDQ) folding 64 bytes per step where the CPU has it, a
@@ -29,6 +33,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cast.h"
@@ -166,6 +172,36 @@ static napi_value crc32_js(napi_env env, napi_callback_info info) {
   napi_value result;
   napi_create_uint32(env, length == 0 ? previous : crc32_of(previous, data, length), &result);
   return result;
+}
+
+/* ---------- exchanging two names ---------- */
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+/* exchangePaths(a, b): renameat2(2) with RENAME_EXCHANGE; throws an Error carrying `errno`. */
+static napi_value exchange_paths_js(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  char a[4096], b[4096];
+  size_t a_length = 0, b_length = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 ||
+      napi_get_value_string_utf8(env, argv[0], a, sizeof a, &a_length) != napi_ok ||
+      napi_get_value_string_utf8(env, argv[1], b, sizeof b, &b_length) != napi_ok)
+    return fail(env, "exchangePaths(a, b): two paths");
+  /* A path cut at the buffer's end, or holding a NUL, would name another file. */
+  if (a_length == 0 || b_length == 0 || a_length >= sizeof a - 1 || b_length >= sizeof b - 1 || strlen(a) != a_length || strlen(b) != b_length)
+    return fail(env, "exchangePaths: each path must be 1 to 4094 bytes, without NUL");
+  if (syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0) return NULL;
+  int error = errno;
+  napi_value message, value, code;
+  napi_create_string_utf8(env, strerror(error), NAPI_AUTO_LENGTH, &message);
+  napi_create_error(env, NULL, message, &value);
+  napi_create_int32(env, error, &code);
+  napi_set_named_property(env, value, "errno", code);
+  napi_throw(env, value);
+  return NULL;
 }
 
 /* What every job on the pool begins with: its work item and the promise it settles. */
@@ -342,6 +378,8 @@ NAPI_MODULE_INIT() {
   napi_set_named_property(env, exports, "crc32Range", fn);
   napi_create_function(env, "crc32", NAPI_AUTO_LENGTH, crc32_js, NULL, &fn);
   napi_set_named_property(env, exports, "crc32", fn);
+  napi_create_function(env, "exchangePaths", NAPI_AUTO_LENGTH, exchange_paths_js, NULL, &fn);
+  napi_set_named_property(env, exports, "exchangePaths", fn);
   json_register(env, exports);
   cast_register(env, exports);
   napi_get_boolean(env, can_fold != 0, &flag);

@@ -19,6 +19,13 @@ export interface NativeIo {
   /** CRC-32 (ISO-HDLC, as zip uses it) of `bytes`, continuing from `previous` (default 0). */
   crc32(bytes: Uint8Array, previous?: number): number;
   /**
+   * Swaps what the paths `a` and `b` name, atomically (renameat2(2) with RENAME_EXCHANGE). Throws
+   * an Error whose `errno` is the system's error number (EINVAL: this file system cannot swap;
+   * ENOENT: one of them is missing), or a TypeError for a path that is not 1 to 4094 bytes
+   * without NUL.
+   */
+  exchangePaths(a: string, b: string): void;
+  /**
    * CRC-32 of `length` bytes of the file open as `fd` from `offset`, continuing from `previous`,
    * read on Node's thread pool through a 256 KiB buffer (it stays in the CPU's cache: 0.13 s/GiB
    * from the page cache, against 0.45 s through a 64 MiB one). Rejects as `copyRange` does, with

@@ -164,6 +164,32 @@ maybe("crc32Range", () => {
   });
 });
 
+maybe("exchangePaths", () => {
+  const dir = mkdtempSync(join(tmpdir(), "st-native-exchange-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("swaps what two names hold, and swaps back", () => {
+    const a = join(dir, "a");
+    const b = join(dir, "b");
+    writeFileSync(a, "first");
+    writeFileSync(b, "second");
+    native!.exchangePaths(a, b);
+    expect([readFileSync(a, "utf8"), readFileSync(b, "utf8")]).toEqual(["second", "first"]);
+    native!.exchangePaths(a, b);
+    expect([readFileSync(a, "utf8"), readFileSync(b, "utf8")]).toEqual(["first", "second"]);
+  });
+
+  it("throws the system's error number when a name is missing, and a TypeError for a path it cannot pass", () => {
+    writeFileSync(join(dir, "here"), "x");
+    expect(() => native!.exchangePaths(join(dir, "here"), join(dir, "missing"))).toThrow(expect.objectContaining({ errno: constants.errno.ENOENT }));
+    expect(readFileSync(join(dir, "here"), "utf8")).toBe("x");
+    expect(() => native!.exchangePaths(join(dir, "here"), "")).toThrow(TypeError);
+    expect(() => native!.exchangePaths(`${join(dir, "here")}\0/etc/passwd`, join(dir, "here"))).toThrow(TypeError);
+    expect(() => native!.exchangePaths(join(dir, "here"), "x".repeat(5000))).toThrow(TypeError);
+    expect(() => (native!.exchangePaths as (...args: unknown[]) => unknown)(join(dir, "here"))).toThrow(TypeError);
+  });
+});
+
 maybe("castFloats", () => {
   const src = new Uint8Array(64);
   const dst = new Uint8Array(64);
