@@ -14,7 +14,7 @@ import { measure } from "./measure.mjs";
 
 const { values } = parseArgs({ options: { keep: { type: "string" } } });
 const root = fileURLToPath(new URL("..", import.meta.url));
-const cli = join(root, "packages", "cli", "dist", "st-convert.js");
+const cli = join(root, "packages", "cli", "dist", "st-convert.cjs");
 const corpus = values.keep ?? mkdtempSync(join(tmpdir(), "st-convert-hostile-"));
 const TIME_LIMIT_S = 5;
 const RSS_LIMIT_MB = 200;

@@ -5,7 +5,7 @@ import { mkdirSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
-const cli = fileURLToPath(new URL("../packages/cli/dist/st-convert.js", import.meta.url));
+const cli = fileURLToPath(new URL("../packages/cli/dist/st-convert.cjs", import.meta.url));
 const input = "fixtures/npy/sample_model.npz"; // written by numpy (fixtures/gen_npy.py)
 const output = "out/sample.safetensors";
 

@@ -97,14 +97,14 @@ export interface WorkerHooks {
 
 /**
  * The worker module: batchWorker.js beside this module, or, when this code runs from the bundle
- * (scripts/bundle.mjs: dist/st-convert.js, its shared code in dist/chunks/), the bundle's own entry
- * dist/st-convert-worker.js.
+ * (scripts/bundle.mjs: dist/st-convert.cjs, its shared code in dist/chunks/), the bundle's own entry
+ * dist/st-convert-worker.cjs.
  */
 function workerUrl(): URL {
   const here = import.meta.url;
   if (here.endsWith("/batchWorkers.js")) return new URL("./batchWorker.js", here);
   const dir = new URL(".", here);
-  return new URL(dir.pathname.endsWith("/chunks/") ? "../st-convert-worker.js" : "./st-convert-worker.js", dir);
+  return new URL(dir.pathname.endsWith("/chunks/") ? "../st-convert-worker.cjs" : "./st-convert-worker.cjs", dir);
 }
 
 /**

@@ -26,7 +26,8 @@ process.stdout.on("error", (error: NodeJS.ErrnoException) => {
   stdoutClosed = true;
 });
 
-const status = await main(process.argv.slice(2), {
+// Not a top-level await: the bundle is CommonJS (scripts/bundle.mjs).
+void main(process.argv.slice(2), {
   stdout: (text) => {
     if (!stdoutClosed) process.stdout.write(text);
   },
@@ -38,5 +39,6 @@ const status = await main(process.argv.slice(2), {
   openStdin: () => openStdinSource(process.stdin),
   // Descriptor 1 itself, written with gathered writes; a reader that left fails a write with BrokenPipe.
   stdoutSink: () => createDescriptorSink(1, STDOUT_NAME),
+}).then((status) => {
+  process.exitCode = interrupted ? process.exitCode : status;
 });
-process.exitCode = interrupted ? process.exitCode : status;

@@ -4,6 +4,7 @@
  * `convert()`, `convertMany()` and `inspect()`; formats come from the registry.
  */
 import type { TensorFormat } from "@st-convert/core";
+import { nativeAbsence, nativeIo } from "@st-convert/native";
 import { batchCommand } from "./batchCommand.js";
 import {
   BATCH_OPTIONS,
@@ -60,7 +61,9 @@ export async function main(argv: readonly string[], io: CliIo, formats: readonly
     const parsed = parseCommandLine(args, table, command.takesFormatOptions ? formatOptions : [], command.name);
     debug = parsed.values.debug === true;
     if (parsed.values.version === true) {
-      io.stdout(`${version()}\n`);
+      // With --debug, whether the native helpers (kernel copies, CRC-32, cast and JSON loops) are in use.
+      const native = nativeIo() !== undefined ? "loaded" : `not loaded: ${nativeAbsence}`;
+      io.stdout(debug ? `${version()}\nnative helpers: ${native}\n` : `${version()}\n`);
       return EXIT_OK;
     }
     if (parsed.values.help === true) {

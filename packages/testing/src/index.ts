@@ -18,8 +18,8 @@ export function fixturePath(...parts: string[]): string {
   return join(REPO_ROOT, "fixtures", ...parts);
 }
 
-/** The CLI as the package ships it (dist/st-convert.js, bundled after tsc), run as `node <path>`. */
-export const CLI_PATH = join(REPO_ROOT, "packages", "cli", "dist", "st-convert.js");
+/** The CLI as the package ships it (dist/st-convert.cjs, bundled after tsc), run as `node <path>`. */
+export const CLI_PATH = join(REPO_ROOT, "packages", "cli", "dist", "st-convert.cjs");
 
 /**
  * The reference Python (safetensors, numpy, ml_dtypes, flax): `ST_CONVERT_REF_PYTHON`, else
