@@ -1,7 +1,7 @@
 /** `st-convert [batch] <inputs or folders...> --out-dir DIR --to FORMAT`: many files at once. */
-import { BATCH_OPTIONS, GLOBAL_OPTIONS, SELECTION_OPTIONS, UsageError, WRITE_OPTIONS, stringValue } from "./cliOptions.js";
+import { BATCH_OPTIONS, DEFAULT_JOBS, GLOBAL_OPTIONS, SELECTION_OPTIONS, UsageError, WRITE_OPTIONS, stringValue } from "./cliOptions.js";
 import { type Command, EXIT_FAILURE, EXIT_OK, printReport } from "./command.js";
-import { type BatchSummary, DEFAULT_JOBS, convertMany } from "./convertMany.js";
+import type { BatchSummary } from "./convertMany.js";
 import { formatLines, formatOptionLines, optionLines, section } from "./helpText.js";
 import { type BatchItem, type BatchReport, reportError } from "./report.js";
 import { commonConvertOptions } from "./sharedOptions.js";
@@ -40,6 +40,8 @@ Exit status: 0 when every file converted or was skipped, 1 when any failed, 2 on
     let bytesBefore = 0;
     const current = new Map<string, number>();
     let planned = 0;
+    // Loaded here, not at start-up (see convertCommand.ts).
+    const { convertMany } = await import("./convertMany.js");
     const summary = await convertMany(positionals, {
       ...commonConvertOptions(values, context),
       outDir,

@@ -22,6 +22,9 @@ export interface OptionSpec {
 
 export type OptionTable = Readonly<Record<string, OptionSpec>>;
 
+/** Default number of conversions at once (`--jobs`). */
+export const DEFAULT_JOBS = 2;
+
 /** Options every command takes. */
 export const GLOBAL_OPTIONS: OptionTable = {
   json: { type: "boolean", description: "print one JSON report on stdout (schema: report.schema.json in the package)" },
@@ -76,7 +79,7 @@ export const BATCH_OPTIONS: OptionTable = {
     type: "string",
     short: "j",
     valueName: "N",
-    description: "conversions at once (default 2); a batch of 128 files or more also runs them in worker threads, one per job and core",
+    description: `conversions at once (default ${DEFAULT_JOBS}); a batch of 128 files or more also runs them in worker threads, one per job and core`,
   },
   "dry-run": { type: "boolean", short: "n", description: "show what would be done, write nothing" },
 };

@@ -5,9 +5,8 @@
  */
 import { type ByteSink, type FormatOption, type TensorFormat, isStConvertError } from "@st-convert/core";
 import { type OptionTable, type ParsedCommandLine, UsageError } from "./cliOptions.js";
-import { describeError } from "./convertMany.js";
 import type { ProgressLine } from "./progress.js";
-import { type Report, reportError } from "./report.js";
+import { type Report, describeError, reportError } from "./report.js";
 import type { ClosableSource } from "./stdio.js";
 
 /** Exit status: success. */

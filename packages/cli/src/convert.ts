@@ -2,13 +2,12 @@
  * The library API behind the command: `convert()` one file into another, `inspect()` a file.
  * Both behave exactly as the CLI does (same formats, same checks, same atomic output).
  */
-import { basename, dirname, join } from "node:path";
+import { basename } from "node:path";
 import {
   type ByteSink,
   type ByteSource,
   type ChunkOptions,
   type FormatOptionValues,
-  type Metadata,
   StConvertError,
   type TensorEntry,
   type TensorExtent,
@@ -16,15 +15,15 @@ import {
   type TensorSource,
   withContext,
 } from "@st-convert/core";
-import { createFileSink, createScratchFile, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
-import { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
-import { type RemoteInputOptions, isRemoteInput, openRemoteInput, remoteSibling } from "./remoteInput.js";
+import { createFileSink, removeStaleTempFiles } from "@st-convert/core/node";
+import { FORMATS, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
+import { type OpenedInput, type WarningListener, nameOf, openInput, withSource } from "./inspect.js";
+import type { RemoteInputOptions } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { plural } from "./text.js";
-import { type TransformOptions, compileTransforms, selects, transformTensors } from "./transforms.js";
+import type { TransformOptions } from "./transforms.js";
 
-/** Receives a non-fatal notice and the file it concerns (the input, an output, a shard). */
-export type WarningListener = (message: string, file: string) => void;
+export { type FileReport, type InspectOptions, type InspectedFile, type WarningListener, inspect, inspectEntries } from "./inspect.js";
 
 /** Options of {@link convert}. */
 export interface ConvertOptions extends TransformOptions {
@@ -199,10 +198,6 @@ async function shardingOf(
   return { format, target: await shardTarget(output, format), maxShardSize };
 }
 
-function nameOf(file: string | { readonly name?: string }, fallback: string): string {
-  return typeof file === "string" ? file : (file.name ?? fallback);
-}
-
 /**
  * Refuses a conversion that would write no tensor although the input had some (the selection
  * kept none) or the reader skipped what it found: an empty output is then a mistake, not a result.
@@ -235,143 +230,6 @@ export function unusedFormatOptions(values: FormatOptionValues, input: TensorFor
     notices.push(`--${name} applies to ${owners.join(", ") || "no format"}, not to reading ${input.name} or writing ${output.name}; ignored`);
   }
   return notices;
-}
-
-/** Options of {@link inspect}. */
-export interface InspectOptions extends TransformOptions {
-  /** Input format name; default: from the extension, else from the content. */
-  from?: string;
-  formatOptions?: FormatOptionValues;
-  onWarning?: WarningListener;
-  formats?: readonly TensorFormat[];
-  /** How a URL input is opened, as for {@link convert}. */
-  remote?: RemoteInputOptions;
-}
-
-/** What a file holds, as `st-convert info --json` prints it. */
-export interface FileReport {
-  format: string;
-  metadata: Metadata | null;
-  tensors: { name: string; dtype: string; shape: number[]; byteLength: number }[];
-}
-
-/** What a file holds, as {@link inspect} finds it but with the reader's own entries, read-only. */
-export interface InspectedFile {
-  readonly format: string;
-  readonly metadata: Metadata | null;
-  readonly tensors: readonly TensorEntry[];
-}
-
-/**
- * Reads a file's header and lists its tensors and metadata, without reading tensor bytes
- * (formats whose layout needs it, such as compressed archives, may read more).
- */
-export async function inspect(input: string | ByteSource, options: InspectOptions = {}): Promise<FileReport> {
-  const found = await inspectEntries(input, options);
-  return {
-    format: found.format,
-    metadata: found.metadata,
-    tensors: found.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], byteLength: t.byteLength })),
-  };
-}
-
-/**
- * {@link inspect} without a copy of each entry, for a caller that only reads them (the info
- * command: copying 50,000 entries and their shapes took about 40 ms of a 550 ms listing, before
- * the collector copied them again).
- */
-export async function inspectEntries(input: string | ByteSource, options: InspectOptions = {}): Promise<InspectedFile> {
-  const formats = options.formats ?? FORMATS;
-  const inputName = nameOf(input, "<input>");
-  return withSource(
-    input,
-    async (source, openSibling) => {
-      const onWarning = options.onWarning === undefined ? undefined : (message: string) => options.onWarning?.(message, inputName);
-      const { format, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, onWarning);
-      return { format: format.name, metadata: tensors.selected.metadata, tensors: tensors.selected.tensors };
-    },
-    options.remote,
-  );
-}
-
-type Closeable = ByteSource & { close(): Promise<void> };
-
-/**
- * Opens the input for `use` (a path, a URL — `http(s)://` or `hf://`, see remoteInput.ts — or a
- * source the caller owns), with a way to open files named relative to it (an index's shards: by
- * URL beside a URL); closes what it opened when `use` is done, on every path.
- */
-async function withSource<T>(
-  input: string | ByteSource,
-  use: (source: ByteSource, openSibling: (name: string) => Promise<ByteSource>) => Promise<T>,
-  remote: RemoteInputOptions = {},
-): Promise<T> {
-  const name = nameOf(input, "<input>");
-  const opened: Closeable[] = [];
-  const openSibling = async (sibling: string): Promise<ByteSource> => {
-    if (typeof input !== "string") {
-      throw new StConvertError("InvalidArgument", `cannot open ${JSON.stringify(sibling)} beside an input that is not a file`, { file: name });
-    }
-    const file = isRemoteInput(input) ? await openRemoteInput(remoteSibling(input, sibling), remote) : await openFileSource(join(dirname(input), sibling));
-    opened.push(file);
-    return file;
-  };
-  try {
-    let source: ByteSource;
-    if (typeof input === "string") {
-      // A signal (Ctrl-C) ends a request in flight at once, not after the server's answer.
-      const file = isRemoteInput(input) ? await openRemoteInput(input, remote) : await openFileSource(input);
-      opened.push(file);
-      source = file;
-    } else {
-      source = input;
-    }
-    return await use(source, openSibling);
-  } catch (error) {
-    throw withContext(error, { file: name });
-  } finally {
-    for (const file of opened) await file.close().catch(() => {});
-  }
-}
-
-/** The input after the transforms, and the names the selection left out (by the reader or after it). */
-interface OpenedInput {
-  selected: TensorSource;
-  dropped: Set<string>;
-}
-
-/** Recognises the input's format, reads its header and applies the transforms; errors are named by `withSource`. */
-async function openInput(
-  source: ByteSource,
-  fileName: string,
-  options: InspectOptions,
-  formats: readonly TensorFormat[],
-  openSibling: (name: string) => Promise<ByteSource>,
-  onWarning: ((message: string) => void) | undefined,
-): Promise<{ format: TensorFormat; tensors: OpenedInput }> {
-  const transforms = compileTransforms(options);
-  const dropped = new Set<string>();
-  // No selection: every tensor is kept, and no reader is asked about each one.
-  const selecting = transforms.filter.length > 0 || transforms.exclude.length > 0;
-  const include = !selecting
-    ? undefined
-    : (name: string): boolean => {
-        const keep = selects(transforms, name);
-        if (!keep) dropped.add(name);
-        return keep;
-      };
-  const format = await detectInputFormat(source, options.from, formats);
-  const all = await format.open(source, {
-    options: options.formatOptions ?? {},
-    onWarning,
-    fileName,
-    // Scratch files go to the system's temporary folder (TMPDIR), removed as soon as they are made.
-    scratch: () => createScratchFile(),
-    openSibling,
-    include,
-  });
-  if (include !== undefined) for (const entry of all.tensors) include(entry.name);
-  return { format, tensors: { selected: transformTensors(all, transforms), dropped } };
 }
 
 /**

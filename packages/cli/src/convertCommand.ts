@@ -3,8 +3,6 @@ import { stat } from "node:fs/promises";
 import type { ByteSink, ByteSource } from "@st-convert/core";
 import { CONVERT_OPTIONS, GLOBAL_OPTIONS, type ParsedValues, SELECTION_OPTIONS, UsageError, WRITE_OPTIONS, stringValue } from "./cliOptions.js";
 import { type Command, type CommandContext, EXIT_OK, printReport } from "./command.js";
-import { convert } from "./convert.js";
-import { convertModel } from "./convertModel.js";
 import { formatLines, formatOptionLines, optionLines, section } from "./helpText.js";
 import { formatSize } from "./progress.js";
 import { commonConvertOptions } from "./sharedOptions.js";
@@ -87,6 +85,8 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
         throw new UsageError("--max-shard-size writes files; name a folder or an index as the output");
       report.input = { file: input === "-" ? STDIN_NAME : input, format: null };
       report.output = { file: output === "-" ? STDOUT_NAME : output, format: null };
+      // Loaded here, not at start-up: `st-convert info` needs none of the writing code.
+      const { convert } = await import("./convert.js");
       const result = await convert(source ?? input, sink ?? output, {
         ...commonConvertOptions(values, context),
         to: stringValue(values, "to"),
@@ -130,6 +130,7 @@ async function convertFolder(input: string, output: string, values: ParsedValues
   if (report.command !== "convert") throw new Error("convert runs with a convert report");
   report.input = { file: input, format: "model-folder" };
   report.output = { file: output, format: to };
+  const { convertModel } = await import("./convertModel.js");
   const result = await convertModel(input, output, {
     ...commonConvertOptions(values, context),
     to,

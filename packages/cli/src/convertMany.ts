@@ -12,6 +12,8 @@ import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { batchThreads, runInWorkers } from "./batchWorkers.js";
 import { isRemoteInput } from "./remoteInput.js";
 import { FORMATS, detectOutputFormat, matchExtension, readHead } from "./formats.js";
+import { DEFAULT_JOBS } from "./cliOptions.js";
+import { describeError } from "./report.js";
 
 /** Options of {@link convertMany}: those of `convert()` plus where and how to write. */
 export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgress"> {
@@ -64,8 +66,7 @@ export interface BatchSummary {
   warnings: { file: string; message: string }[];
 }
 
-/** Default number of conversions at once. */
-export const DEFAULT_JOBS = 2;
+export { DEFAULT_JOBS };
 
 /**
  * Converts every input (a file, or a folder searched recursively for files of a known format)
@@ -244,11 +245,7 @@ export async function attemptJob(
   }
 }
 
-/** One line for a failure: the error's own message (file, tensor, rule) and its code. */
-export function describeError(error: unknown): string {
-  if (isStConvertError(error)) return `${error.message} [${error.code}]`;
-  return `internal error: ${error instanceof Error ? error.message : String(error)} (please report this)`;
-}
+export { describeError };
 
 /** The file name a URL input's output is named after: its path's last segment, decoded. */
 function remoteFileName(input: string): string {

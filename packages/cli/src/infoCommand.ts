@@ -1,7 +1,7 @@
 /** `st-convert info <file>`: a file's format, metadata and tensors, from its header. */
 import { GLOBAL_OPTIONS, SELECTION_OPTIONS, UsageError } from "./cliOptions.js";
 import { type Command, EXIT_OK, printReport } from "./command.js";
-import { type InspectedFile, inspectEntries } from "./convert.js";
+import { type InspectedFile, inspectEntries } from "./inspect.js";
 import { formatOptionLines, optionLines, section } from "./helpText.js";
 import { formatSize } from "./progress.js";
 import { fillInfoReport } from "./report.js";

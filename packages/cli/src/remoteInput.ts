@@ -18,10 +18,7 @@ export interface RemoteEnv {
   readonly HF_TOKEN?: string | undefined;
 }
 
-/** Whether `input` names a remote file: it starts with `http://`, `https://` or `hf://`. */
-export function isRemoteInput(input: string): boolean {
-  return /^(?:https?|hf):\/\//i.test(input);
-}
+export { isRemoteInput } from "./remotePath.js";
 
 /** The parts of `hf://[datasets/|spaces/]ORG/REPO[@REV]/PATH`. */
 export interface HubPath {

@@ -5,7 +5,7 @@
  * field does not).
  */
 import { isStConvertError } from "@st-convert/core";
-import type { InspectedFile } from "./convert.js";
+import type { InspectedFile } from "./inspect.js";
 import { parameterCount } from "./text.js";
 
 /** Version of the report's shape (`"version"` in every report). */
@@ -135,4 +135,10 @@ export function infoTotals(found: InspectedFile): { tensors: number; parameters:
     bytes += t.byteLength;
   }
   return { tensors: found.tensors.length, parameters, bytes };
+}
+
+/** One line for a failure: the error's own message (file, tensor, rule) and its code. */
+export function describeError(error: unknown): string {
+  if (isStConvertError(error)) return `${error.message} [${error.code}]`;
+  return `internal error: ${error instanceof Error ? error.message : String(error)} (please report this)`;
 }
