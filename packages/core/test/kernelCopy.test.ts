@@ -105,17 +105,43 @@ withNative("a file sink's kernel copy (copyFrom)", () => {
       return;
     }
     const input = join("/dev/shm", `st-convert-kernel-${process.pid}.bin`);
-    const data = pattern(3 * 1024 * 1024 + 5, 3);
+    const data = pattern(3 * 1024 * 1024 + 4096, 3);
     writeFileSync(input, data);
     const source = await openFileSource(input);
     try {
       const sink = await fileSink(join(dir, "out.bin"));
-      await sink.copyFrom(source, 5, 3 * 1024 * 1024);
+      // Placed alike within a page (4096 → 0): copy_file_range, which refuses the pair.
+      await sink.copyFrom(source, 4096, 3 * 1024 * 1024);
       // Refused once: the next copy is declined at once, so its caller pipes the bytes itself.
       expect(sink.copyFrom(source, 0, 5)).toBeUndefined();
       expect(sink.kernelCopied).toBe(0);
       await sink.close();
-      expect(readFileSync(join(dir, "out.bin")).equals(data.subarray(5))).toBe(true);
+      expect(readFileSync(join(dir, "out.bin")).equals(data.subarray(4096, 4096 + 3 * 1024 * 1024))).toBe(true);
+    } finally {
+      await source.close();
+      rmSync(input, { force: true });
+    }
+  });
+
+  it("copies a range placed otherwise within a page through the native buffer, across file systems too", async (context) => {
+    if (!existsSync("/dev/shm") || statSync("/dev/shm").dev === statSync(dir).dev) {
+      context.skip("no second file system to copy from here");
+      return;
+    }
+    const input = join("/dev/shm", `st-convert-buffered-${process.pid}.bin`);
+    const data = pattern(3 * 1024 * 1024 + 5, 4);
+    writeFileSync(input, data);
+    const source = await openFileSource(input);
+    try {
+      const sink = await fileSink(join(dir, "out-buffered.bin"));
+      await sink.write(data.subarray(0, 3));
+      // Input offset 5, output position 3: a read and a write per buffer, which any pair of files takes.
+      await sink.copyFrom(source, 5, 3 * 1024 * 1024);
+      expect(sink.kernelCopied).toBe(3 * 1024 * 1024);
+      await sink.close();
+      const out = readFileSync(join(dir, "out-buffered.bin"));
+      expect(out.subarray(0, 3).equals(data.subarray(0, 3))).toBe(true);
+      expect(out.subarray(3).equals(data.subarray(5))).toBe(true);
     } finally {
       await source.close();
       rmSync(input, { force: true });

@@ -4,7 +4,10 @@
  *   copyRange(inFd, inOffset, outFd, outOffset, length) -> Promise<number>
  *     copy_file_range(2) on the thread pool: `length` bytes from `inOffset` of one file to
  *     `outOffset` of another (-1: at and advancing the output's file position), without the bytes
- *     passing through user space. Resolves to the bytes copied (fewer only when the input ended);
+ *     passing through user space. Where the two offsets (or the input's offset and the output's
+ *     file position) lie at different places within a page and the range is at least
+ *     COPY_BUFFERED_MIN, a read and a write through a buffer of the thread's own instead, each
+ *     write but the first starting on a page of the output (see copy_buffered). Resolves to the bytes copied (fewer only when the input ended);
  *     rejects with an Error carrying `errno` and `copied` (what was copied before the failure).
  *
  *   crc32Range(fd, offset, length, previous) -> Promise<number>
@@ -217,10 +220,68 @@ typedef struct {
   int error;
 } copy_job;
 
+#define PAGE 4096
+/* 2 MiB: a buffer the CPU's caches mostly hold, and writes as large as the file sink's chunks. */
+#define COPY_BUFFER (2 * 1024 * 1024)
+#define COPY_BUFFERED_MIN (1024 * 1024)
+
+/* Each pool thread's copy buffer, made on its first buffered copy and kept (no page faults after). */
+static __thread uint8_t* copy_buffer;
+
+/*
+ * The copy of a range whose input and output offsets differ within a page. copy_file_range then
+ * moves every page of the page cache in two parts, and took 0.53–0.60 s for 1 GiB here against
+ * 0.39–0.41 s for a copy placed alike in both files; a pread and a pwrite through a reused 2 MiB
+ * buffer, the writes starting on the output's pages, took 0.40–0.43 s (2026-12-03, 4 runs each).
+ * Returns 0 when done (or when the input ended), else an errno with `copied` so far in the job.
+ */
+static int copy_buffered(copy_job* job, int64_t out_at) {
+  if (copy_buffer == NULL) {
+    void* buffer = NULL;
+    if (posix_memalign(&buffer, PAGE, COPY_BUFFER) != 0) return ENOMEM;
+    copy_buffer = buffer;
+  }
+  /* The first piece reaches the output's next page boundary; the others are whole buffers. */
+  size_t first = (size_t)((PAGE - out_at % PAGE) % PAGE);
+  while (job->copied < job->length) {
+    int64_t left = job->length - job->copied;
+    size_t want = first != 0 ? first : COPY_BUFFER;
+    first = 0;
+    if ((int64_t)want > left) want = (size_t)left;
+    ssize_t got = pread(job->in_fd, copy_buffer, want, (off_t)(job->in_offset + job->copied));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (got == 0) return 0; /* the input ended */
+    for (ssize_t put = 0; put < got;) {
+      /* At the output's file position (advancing it) when the caller asked for that. */
+      ssize_t wrote = job->out_offset < 0 ? write(job->out_fd, copy_buffer + put, (size_t)(got - put))
+                                          : pwrite(job->out_fd, copy_buffer + put, (size_t)(got - put), (off_t)(job->out_offset + job->copied));
+      if (wrote < 0) {
+        if (errno == EINTR) continue;
+        return errno;
+      }
+      if (wrote == 0) return EIO; /* a regular file takes at least a byte, or fails */
+      put += wrote;
+      job->copied += wrote;
+    }
+  }
+  return 0;
+}
+
 /* Runs on a thread of the pool: no JavaScript, no Node-API calls. */
 static void copy_run(napi_env env, void* data) {
   (void)env;
   copy_job* job = data;
+  if (job->length >= COPY_BUFFERED_MIN) {
+    /* Where the output is written: its offset, or its file position (none for a pipe: -1). */
+    int64_t out_at = job->out_offset >= 0 ? job->out_offset : (int64_t)lseek(job->out_fd, 0, SEEK_CUR);
+    if (out_at >= 0 && job->in_offset % PAGE != out_at % PAGE) {
+      job->error = copy_buffered(job, out_at);
+      return;
+    }
+  }
   loff_t in = job->in_offset, out = job->out_offset;
   while (job->copied < job->length) {
     int64_t left = job->length - job->copied;

@@ -56,6 +56,11 @@ maybe("copyRange", () => {
   function readAll(path: string): Uint8Array {
     return new Uint8Array(readFileSync(path));
   }
+  let shared: number | undefined;
+  const inFd = (): number => (shared ??= openSync(input, "r"));
+  afterAll(() => {
+    if (shared !== undefined) closeSync(shared);
+  });
 
   it("copies a range to an offset, and at the file position, which it advances", async () => {
     const inFd = openSync(input, "r");
@@ -105,6 +110,64 @@ maybe("copyRange", () => {
       expect([constants.errno.EBADF, constants.errno.EINVAL]).toContain(readOnly.errno);
     } finally {
       closeSync(inFd);
+    }
+  });
+
+  // Offsets that differ within a page, on ranges of 1 MiB or more, go through the thread's buffer
+  // (2 MiB; the first write reaches the output's next page): the same bytes as the kernel's copy.
+  it("copies through its buffer where the offsets differ within a page: every byte, at an offset and at the file position", async () => {
+    const MiB = 1024 * 1024;
+    const cases: [inOffset: number, outOffset: number, length: number][] = [
+      [1000, 7, 2 * MiB + 4097], // several buffers and a remainder
+      [3, 4095, MiB], // the first piece one byte long
+      [128, 4096 + 80, 4 * MiB + 1],
+      [4096 * 3 + 1, 0, MiB + 12345], // the output on a page already: no short first piece
+    ];
+    for (const [inOffset, outOffset, length] of cases) {
+      for (const positioned of [false, true]) {
+        const outPath = join(dir, `buffered-${inOffset}-${outOffset}-${positioned}`);
+        const outFd = openSync(outPath, "w");
+        try {
+          if (positioned) writeSync(outFd, new Uint8Array(outOffset).fill(0xee));
+          expect(await native!.copyRange(inFd(), inOffset, outFd, positioned ? -1 : outOffset, length)).toBe(length);
+          if (positioned) writeSync(outFd, new Uint8Array([0x5a])); // after the copied bytes: the position advanced
+        } finally {
+          closeSync(outFd);
+        }
+        const out = readAll(outPath);
+        expect(out.byteLength).toBe(outOffset + length + (positioned ? 1 : 0));
+        expect(Buffer.from(out.subarray(outOffset, outOffset + length)).equals(data.subarray(inOffset, inOffset + length))).toBe(true);
+        if (positioned) expect(out[outOffset + length]).toBe(0x5a);
+      }
+    }
+  });
+
+  it("through its buffer too, stops at the end of the input and rejects with the system's error number and the bytes copied", async () => {
+    const outFd = openSync(join(dir, "buffered-short"), "w");
+    const from = inFd();
+    try {
+      const start = data.byteLength - 1024 * 1024 - 5;
+      expect(await native!.copyRange(from, start, outFd, 1, 2 * 1024 * 1024)).toBe(1024 * 1024 + 5);
+      const writeOnly = openSync(join(dir, "buffered-short"), "r+");
+      const unreadable = openSync(join(dir, "buffered-wo"), "w");
+      try {
+        const badRead = (await native!.copyRange(unreadable, 5, writeOnly, 0, 2 * 1024 * 1024).catch((error: unknown) => error)) as CopyRangeError;
+        expect(badRead.errno).toBe(constants.errno.EBADF);
+        expect(badRead.copied).toBe(0);
+        const readOnly = openSync(join(dir, "buffered-short"), "r");
+        try {
+          const badWrite = (await native!.copyRange(from, 5, readOnly, 0, 2 * 1024 * 1024).catch((error: unknown) => error)) as CopyRangeError;
+          expect(badWrite.errno).toBe(constants.errno.EBADF);
+          expect(badWrite.copied).toBe(0);
+        } finally {
+          closeSync(readOnly);
+        }
+      } finally {
+        closeSync(writeOnly);
+        closeSync(unreadable);
+      }
+    } finally {
+      closeSync(outFd);
     }
   });
 
