@@ -221,8 +221,13 @@ typedef struct {
 } copy_job;
 
 #define PAGE 4096
-/* 2 MiB: a buffer the CPU's caches mostly hold, and writes as large as the file sink's chunks. */
-#define COPY_BUFFER (2 * 1024 * 1024)
+/*
+ * 512 KiB. A 4 GiB reshard's benchmark run with 2 MiB writes took 2.0× `cp` in the aged state and
+ * with 512 KiB 1.16× (2026-12-03, hours apart); run interleaved later the same day, the two sizes
+ * were within the noise of each other at 1 GiB (0.69 s, 0.68 s) and 4 GiB, so the smaller one is
+ * kept, large writes being what costs more past a few GiB on this VM (docs/benchmarks.md).
+ */
+#define COPY_BUFFER (512 * 1024)
 #define COPY_BUFFERED_MIN (1024 * 1024)
 
 /* Each pool thread's copy buffer, made on its first buffered copy and kept (no page faults after). */
@@ -231,8 +236,8 @@ static __thread uint8_t* copy_buffer;
 /*
  * The copy of a range whose input and output offsets differ within a page. copy_file_range then
  * moves every page of the page cache in two parts, and took 0.53–0.60 s for 1 GiB here against
- * 0.39–0.41 s for a copy placed alike in both files; a pread and a pwrite through a reused 2 MiB
- * buffer, the writes starting on the output's pages, took 0.40–0.43 s (2026-12-03, 4 runs each).
+ * 0.39–0.41 s for a copy placed alike in both files; a pread and a pwrite through a reused buffer,
+ * the writes starting on the output's pages, took 0.40–0.43 s (2026-12-03, 4 runs each).
  * Returns 0 when done (or when the input ended), else an errno with `copied` so far in the job.
  */
 static int copy_buffered(copy_job* job, int64_t out_at) {
