@@ -443,53 +443,8 @@ class DataScan {
       }
       return at;
     }
-    let at = i;
-    while (i < n) {
-      const c = buf[i]!;
-      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) {
-        i++;
-        continue;
-      }
-      if (c !== 0x2c) break;
-      let j = i + 1;
-      while (j < n && isWhitespace(buf[j]!)) j++;
-      if (j >= n) break;
-      const d = buf[j]!;
-      if (d !== 0x2d && (d < 0x30 || d > 0x39)) break;
-      if (dim !== -1 && count >= dim) break;
-      // The number's grammar, inline (numberEnd's, for the tokens it accepts and a delimiter
-      // after them; anything else is left to `run`, which says what is wrong).
-      let k = d === 0x2d ? j + 1 : j;
-      if (k >= n) break;
-      let e = buf[k]!;
-      let nonZero = e !== 0x30;
-      if (e === 0x30) k++;
-      else if (e >= 0x31 && e <= 0x39) for (k++; k < n && (buf[k]! - 0x30) >>> 0 < 10; k++);
-      else break;
-      let float = false;
-      if (k < n && buf[k] === 0x2e) {
-        float = true;
-        const fraction = ++k;
-        for (; k < n && (e = buf[k]! - 0x30) >>> 0 < 10; k++) if (e !== 0) nonZero = true;
-        if (k === fraction) break;
-      }
-      if (k < n && (buf[k] === 0x65 || buf[k] === 0x45)) {
-        float = true;
-        k++;
-        if (k < n && (buf[k] === 0x2b || buf[k] === 0x2d)) k++;
-        const exponent = k;
-        while (k < n && (buf[k]! - 0x30) >>> 0 < 10) k++;
-        if (k === exponent) break;
-      }
-      if (k >= n || k - j > MAX_NUMBER_LENGTH) break;
-      e = buf[k]!;
-      if (!(e === 0x2c || e === 0x5d || e === 0x20 || e === 0x0a || e === 0x0d || e === 0x09)) break;
-      const kind = (float ? Leaf.Float : Leaf.Integer) | (d === 0x2d && nonZero ? Leaf.Negative : 0);
-      if ((kinds & kind) !== kind) break;
-      count++;
-      i = k;
-      at = k;
-    }
+    const at = portableNumberRun(buf, i, count, dim, kinds, MAX_NUMBER_LENGTH);
+    count = countedUpTo;
     if (count !== start) {
       this.leaves += count - start;
       counts[level] = count;
@@ -551,6 +506,69 @@ class DataScan {
     if (sameDims(this.dims, n, last)) return last;
     return this.dims.slice(0, n);
   }
+}
+
+/** The count {@link portableNumberRun} reached, as the native `numberRun` leaves it in its state. */
+export let countedUpTo = 0;
+
+/**
+ * The scanner's run of numbers after a value, in JavaScript (the native module's `numberRun` is its
+ * twin): from `buf[i]`, just past a value in an array, the numbers that follow, each after a comma,
+ * counted from `count` while under `dim` (-1: no bound), each at most `maxLength` bytes and followed
+ * by a delimiter before the buffer's end, of a kind among `kinds`. Returns the end of the last one
+ * counted (i when none was); {@link countedUpTo} the count.
+ */
+export function portableNumberRun(buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number): number {
+  let at = i;
+  const n = buf.length;
+  while (i < n) {
+    const c = buf[i]!;
+    if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) {
+      i++;
+      continue;
+    }
+    if (c !== 0x2c) break;
+    let j = i + 1;
+    while (j < n && isWhitespace(buf[j]!)) j++;
+    if (j >= n) break;
+    const d = buf[j]!;
+    if (d !== 0x2d && (d < 0x30 || d > 0x39)) break;
+    if (dim !== -1 && count >= dim) break;
+    // The number's grammar, inline (numberEnd's, for the tokens it accepts and a delimiter
+    // after them; anything else is left to `run`, which says what is wrong).
+    let k = d === 0x2d ? j + 1 : j;
+    if (k >= n) break;
+    let e = buf[k]!;
+    let nonZero = e !== 0x30;
+    if (e === 0x30) k++;
+    else if (e >= 0x31 && e <= 0x39) for (k++; k < n && (buf[k]! - 0x30) >>> 0 < 10; k++);
+    else break;
+    let float = false;
+    if (k < n && buf[k] === 0x2e) {
+      float = true;
+      const fraction = ++k;
+      for (; k < n && (e = buf[k]! - 0x30) >>> 0 < 10; k++) if (e !== 0) nonZero = true;
+      if (k === fraction) break;
+    }
+    if (k < n && (buf[k] === 0x65 || buf[k] === 0x45)) {
+      float = true;
+      k++;
+      if (k < n && (buf[k] === 0x2b || buf[k] === 0x2d)) k++;
+      const exponent = k;
+      while (k < n && (buf[k]! - 0x30) >>> 0 < 10) k++;
+      if (k === exponent) break;
+    }
+    if (k >= n || k - j > maxLength) break;
+    e = buf[k]!;
+    if (!(e === 0x2c || e === 0x5d || e === 0x20 || e === 0x0a || e === 0x0d || e === 0x09)) break;
+    const kind = (float ? Leaf.Float : Leaf.Integer) | (d === 0x2d && nonZero ? Leaf.Negative : 0);
+    if ((kinds & kind) !== kind) break;
+    count++;
+    i = k;
+    at = k;
+  }
+  countedUpTo = count;
+  return at;
 }
 
 /** True when `dims[0..n)` are the numbers of `other`. */

@@ -17,6 +17,7 @@ import {
   storeFloat32Run,
   storedUpTo,
 } from "../src/valueCodecs.js";
+import { MAX_NUMBER_LENGTH, countedUpTo, portableNumberRun } from "../src/scanTensorJson.js";
 import { failure, utf8 } from "./helpers.js";
 
 const present = kernels.formatFloat32s !== undefined && kernels.storeFloat32Run !== undefined && kernels.numberRun !== undefined;
@@ -225,5 +226,108 @@ withNative("the reader and writer with and without the native loops", () => {
     const native = await bytes();
     expect(native.equals(await portably(bytes))).toBe(true);
     expect(native.equals(Buffer.from(values.buffer))).toBe(true);
+  });
+});
+
+/**
+ * Long runs of plain numbers as real files hold them (", " between them, up to 15 digits), the
+ * native loops' 64-byte blocks, broken at random places by a token the blocks do not take
+ * (exponents, leading zeros, a point without digits, other separators, too many digits).
+ */
+function plainRuns(seed: number, count: number, malformed = true): Uint8Array {
+  const random = pseudoRandomBytes(seed, 8 * count);
+  const valid = ["1.5e3", "-2E-7", "-0", "-0.0", "1234567890123456", "0.1234567890123456", "12345678901234567.5", "7", "-7"];
+  const odd = malformed ? [...valid, "01.5", "1.", "-", "0.", "00"] : valid;
+  let text = "[";
+  for (let i = 0; i < count; i++) {
+    const r = (k: number) => random[8 * i + k]!;
+    let token: string;
+    if (r(0) % 50 === 0) token = odd[r(1) % odd.length]!;
+    else {
+      const int = r(1) % 3 === 0 ? String(1 + (r(2) % 9)) + String((r(3) << 8) | r(4)).slice(0, r(5) % 8) : "0";
+      const fraction = String((r(3) << 16) | (r(4) << 8) | r(5)).padStart(8, "0") + String((r(6) << 8) | r(7));
+      token = `${r(2) % 2 ? "-" : ""}${int}${r(6) % 20 === 0 ? "" : `.${fraction.slice(0, 1 + (r(7) % 14))}`}`;
+    }
+    const separators = malformed ? [",\n  ", "], [", " , ", ",,", ",  "] : [",\n  ", " , ", ",  "];
+    const separator = r(0) % 37 === 1 ? separators[r(1) % separators.length]! : r(0) % 3 === 0 ? "," : ", ";
+    text += (i === 0 ? "" : separator) + token;
+  }
+  return utf8.encode(`${text}]`);
+}
+
+withNative("the native F32 reader loops' blocks of plain numbers", () => {
+  it("store and stop as the JavaScript loop does, over long runs broken at random places", () => {
+    for (let seed = 0; seed < 30; seed++) {
+      const text = plainRuns(200 + seed, 4000);
+      for (const cut of [text.length, Math.floor(text.length / 3) + seed]) {
+        const buf = text.subarray(0, cut);
+        const native = new Float32Array(5000);
+        const portable = new Float32Array(5000);
+        let i = 1;
+        let leaf = 0;
+        let steps = 0;
+        for (; i < buf.length && steps < 2000; steps++) {
+          const nativeEnd = storeFloat32Run(buf, i, true, native, 0, leaf, 5000);
+          const nativeLeaf = storedUpTo;
+          const portableEnd = portableStoreFloat32Run(buf, i, true, portable, 0, leaf, 5000);
+          expect([nativeEnd, nativeLeaf]).toEqual([portableEnd, storedUpTo]);
+          i = nativeEnd + 1;
+          leaf = nativeLeaf + 1;
+        }
+        expect(Buffer.from(native.buffer).equals(Buffer.from(portable.buffer))).toBe(true);
+        // Most leaves were stored by the runs, not leaf by leaf: the blocks did the work compared.
+        expect(leaf).toBeGreaterThan(2 * steps);
+      }
+    }
+  });
+
+  it("count and read the same, and refuse the same leaf, through the whole reader, for float and integer dtypes", async () => {
+    const outcomes = new Set<string>();
+    for (let seed = 0; seed < 12; seed++) {
+      // Well formed, but for one document in four: those are refused where the odd token is.
+      const floats = new TextDecoder().decode(plainRuns(300 + seed, 3000, seed % 4 === 3));
+      // The same without fractions or exponents: integers, the first negative one refused by U64 at its leaf.
+      const integers = floats.replace(/\.\d+|[eE][-+]?\d+/g, "");
+      for (const [dtype, data] of [
+        ["F32", floats],
+        ["F64", floats],
+        ["I32", floats],
+        ["I32", integers],
+        ["U64", integers],
+      ] as const) {
+        const document = utf8.encode(`{"a": {"dtype": "${dtype}", "shape": [3000], "data": ${data}}, "b": {"dtype": "F32", "shape": [1], "data": [1]}}`);
+        const native = await outcome(document);
+        expect(native).toEqual(await portably(() => outcome(document)));
+        outcomes.add(Array.isArray(native) ? "read" : (native as { code: string }).code);
+      }
+    }
+    // Read as floats, refused as integers (and where malformed): both outcomes were compared.
+    expect([...outcomes].sort()).toEqual(expect.arrayContaining(["read", "InvalidValue"]));
+  });
+
+  it("count and stop as the JavaScript scanner does, from every comma, for every set of kinds already seen", () => {
+    const numberRun = kernels.numberRun!;
+    const state = new Float64Array(1);
+    let counted = 0;
+    for (let seed = 0; seed < 12; seed++) {
+      const text = plainRuns(400 + seed, 1500, seed % 2 === 0);
+      for (const [kinds, dim, maxLength] of [
+        [1 | 2 | 128, -1, MAX_NUMBER_LENGTH],
+        [1 | 2, -1, MAX_NUMBER_LENGTH],
+        [1 | 128, -1, MAX_NUMBER_LENGTH],
+        [1 | 2 | 128, 700, 11],
+      ] as const) {
+        for (let i = 1; i < text.length; i++) {
+          if (text[i] !== 0x2c || i % 3 !== seed % 3) continue;
+          const count = i % 5;
+          const nativeAt = numberRun(text, i, count, dim, kinds, maxLength, state);
+          const portableAt = portableNumberRun(text, i, count, dim, kinds, maxLength);
+          expect([nativeAt, state[0]]).toEqual([portableAt, countedUpTo]);
+          counted += countedUpTo - count;
+        }
+      }
+    }
+    // Long runs were counted, not only single numbers.
+    expect(counted).toBeGreaterThan(1_000_000);
   });
 });
