@@ -296,6 +296,7 @@ const cases = [
 
 const LABELS = {
   cp: "cp",
+  start: "Node's start-up alone (`node -e 0`); ratio: st-convert less it, over cp",
   "py:st2st": "Python load_file + save_file",
   "py:npy2st": "np.load + save_file",
   "py:npz2st": "np.load(npz) + save_file",
@@ -337,6 +338,8 @@ function variantCommand(variant, c, input, output) {
     return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet", ...(c.args ?? [])]];
   // A sharded input is a folder: cp copies all of it.
   if (variant === "cp") return c.kind === "st-sharded" ? ["cp", ["-r", dirname(input), output]] : ["cp", [input, output]];
+  // What any Node program pays before its first line (this machine's NODE_EXTRA_CA_CERTS included).
+  if (variant === "start") return [process.execPath, ["-e", "0"]];
   return [python, [join(root, "bench", "reference.py"), "run", variant.slice(3), input, output]];
 }
 
@@ -386,6 +389,8 @@ function runCase(c) {
   const output = join(dir, c.output ?? "unused");
   const inputBytes = bytesOf(c.kind === "st-sharded" ? dirname(input) : input);
   const variants = ["ours", ...c.baselines.filter((b) => b === "cp" || python !== undefined)];
+  // Beside cp: the share of st-convert's time that is Node's start-up, measured in the same runs.
+  if (c.baselines.includes("cp")) variants.push("start");
   const results = Object.fromEntries(variants.map((v) => [v, []]));
   /** One run of `variant`, its output removed afterwards. */
   const runVariant = (variant) => {
@@ -517,6 +522,11 @@ function report(rows, big, many) {
         lines.push(
           `| ${lead ? c.name : ""} | ${lead ? `${fmt(mib(inputBytes), 0)} MiB` : ""} | ${lead ? `${fmt(ours.seconds)} s` : ""} | ${lead && !c.info ? fmt(mib(inputBytes) / ours.seconds, 0) : ""} | ${lead ? `${fmt(ours.rssMiB, 0)} MiB` : ""} | ${LABELS[b]} | ${base ? `${fmt(base.seconds)} s (${fmt(base.rssMiB, 0)} MiB)` : "not run"} | ${fmt(ratio)} | ${isTarget ? `≤ ${c.target[1]}×` : b.startsWith("py:") ? "faster" : ""} | ${met} | ${lead ? (identical === undefined ? "n/a" : identical ? "yes" : "**no**") : ""} |`,
         );
+        const start = summary.start;
+        if (b === "cp" && base && start)
+          lines.push(
+            `|  |  |  |  |  | ${LABELS.start} | ${fmt(start.seconds)} s (${fmt(start.rssMiB, 0)} MiB) | ${fmt((ours.seconds - start.seconds) / base.seconds)} |  |  |  |`,
+          );
       }
     }
   }
@@ -551,7 +561,7 @@ function report(rows, big, many) {
   for (const { c, summary, date, runs, state, memory } of rows)
     lines.push(
       `- ${c.name}, ${state} (${date}, ${runs} runs${memory ? `; ${memory}` : ""}): ${Object.entries(summary)
-        .map(([v, s]) => `${v === "ours" ? "st-convert" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`)
+        .map(([v, s]) => `${v === "ours" ? "st-convert" : v === "start" ? "node -e 0" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`)
         .join("; ")}`,
     );
   return `${lines.join("\n")}\n`;
