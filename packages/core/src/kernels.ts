@@ -22,6 +22,24 @@ export interface Kernels {
    * other result in `state[0]`; the json package documents their arguments.
    */
   formatFloat32s?: (words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean, state: Float64Array) => number;
+  /**
+   * `formatFloat32s` off the main thread (Node's pool), going on past elements left for the exact
+   * route: each gets a gap of `gap` bytes, recorded in `stops` as (element, position). Resolves to
+   * the position; `state[0]` is the next element, `state[1]` the number of gaps. The caller leaves
+   * `out`, `state` and `stops` alone until then.
+   */
+  formatFloat32sAsync?: (
+    words: Uint32Array,
+    index: number,
+    end: number,
+    out: Uint8Array,
+    pos: number,
+    limit: number,
+    first: boolean,
+    state: Float64Array,
+    stops: Float64Array,
+    gap: number,
+  ) => Promise<number>;
   storeFloat32Run?: (
     buf: Uint8Array,
     i: number,

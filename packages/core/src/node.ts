@@ -50,6 +50,7 @@ if (native !== undefined) {
   kernels.crc32 = native.crc32;
   kernels.crc32Range = native.crc32Range;
   kernels.formatFloat32s = native.formatFloat32s;
+  kernels.formatFloat32sAsync = native.formatFloat32sAsync;
   kernels.storeFloat32Run = native.storeFloat32Run;
   kernels.numberRun = native.numberRun;
   kernels.castFloats = native.castFloats;

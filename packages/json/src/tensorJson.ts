@@ -38,11 +38,23 @@ import {
   LITTLE_ENDIAN,
   hasLoneSurrogate,
   swapBytesInPlace,
+  kernels,
 } from "@st-convert/core";
 import { BASE64_VALUE, decodeBase64Into, encodeBase64Into } from "./base64.js";
 import { BAD_LEAF, ByteWindow, NEED_MORE, leafEnd, leafToken } from "./ByteWindow.js";
 import { type ScanOptions, type ScannedTensor, hex4, leafPath, pathName, scanTensorJson } from "./scanTensorJson.js";
-import { type FormatCursor, Leaf, type ValueCodec, ValueError, storeFloat32Run, storedUpTo, valueCodec } from "./valueCodecs.js";
+import {
+  type FormatCursor,
+  Leaf,
+  type ValueCodec,
+  ValueError,
+  fillFloat32Gaps,
+  formatFloat32s,
+  formattedUpTo,
+  storeFloat32Run,
+  storedUpTo,
+  valueCodec,
+} from "./valueCodecs.js";
 
 // ---- reading -------------------------------------------------------------------------------
 
@@ -520,6 +532,20 @@ class TextOut {
   }
 
   /**
+   * Hands `bytes` to the sink after everything put before. Returns once they are queued, with
+   * the promise of their write: the caller leaves them alone until it settles.
+   */
+  async enqueue(bytes: Uint8Array): Promise<{ written: Promise<void> }> {
+    await this.flush();
+    const before = this.pending;
+    const written = before === undefined ? this.sink.write(bytes) : before.then(() => this.sink.write(bytes));
+    // Marked handled now; a failure is reported by the next await of `pending`, or by the caller.
+    written.catch(() => {});
+    this.pending = written;
+    return { written };
+  }
+
+  /**
    * Appends `text` as UTF-8: at once when it fits (returns undefined), else through
    * {@link text} (returns its promise). Saves a promise and an encoded copy per piece of a line.
    */
@@ -632,10 +658,80 @@ async function valueBlocks(tensor: TensorEntry, codec: ValueCodec, chunkSize: nu
 
 async function writeValues(blocks: Iterable<Uint8Array> | AsyncIterable<Uint8Array>, codec: ValueCodec, out: TextOut): Promise<void> {
   let first = true;
+  const parallel = codec.dtype === "F32" && kernels.formatFloat32sAsync !== undefined ? new ParallelFloat32s() : undefined;
   for await (const block of blocks) {
-    const pending = writeBlock(block, codec, out, first);
-    if (pending !== undefined) await pending;
+    if (parallel !== undefined && block.byteLength >= 4 * PARALLEL_FROM) await parallel.write(block, first, out);
+    else {
+      const pending = writeBlock(block, codec, out, first);
+      if (pending !== undefined) await pending;
+    }
     first = false;
+  }
+}
+
+/** F32 blocks of at least this many elements are formatted by {@link ParallelFloat32s}. */
+const PARALLEL_FROM = 64 * 1024;
+/** Elements of each half of a piece that {@link ParallelFloat32s} formats. */
+const PARALLEL_HALF = 64 * 1024;
+/** Most bytes of one F32 element's text with its separator (`, -1.17549435e-38` is 17): the gap the pool's half leaves for an element of the exact route. */
+const F32_TEXT_MAX = 20;
+/** Gaps the pool's half may leave; past them, the rest of the half is written here (one in about 3,000 random F32s takes the exact route). */
+const PARALLEL_GAPS = 1024;
+/** Bytes of one half's buffer: room for all its elements at their longest, plus {@link ELEMENT_ROOM}. */
+const HALF_BUFFER = PARALLEL_HALF * F32_TEXT_MAX + ELEMENT_ROOM;
+
+/**
+ * F32 text made on both cores: each piece of 2 × {@link PARALLEL_HALF} elements is formatted in
+ * two halves at once, the first on Node's thread pool (`kernels.formatFloat32sAsync`), the
+ * second here, each into a buffer that holds it whole. The pool's kernel leaves a gap for each
+ * element of the exact route, which is written here after it (and the gap closed), as is the
+ * rest of its half if it ran out of gaps. Then both halves go to the sink in order, while the
+ * next piece is formatted into the other pair of buffers. The same bytes as {@link writeBlock}
+ * (the tests compare them).
+ */
+class ParallelFloat32s {
+  private readonly pairs = [0, 1].map(() => ({
+    halves: [new Uint8Array(HALF_BUFFER), new Uint8Array(HALF_BUFFER)] as const,
+    state: new Float64Array(2),
+    stops: new Float64Array(2 * PARALLEL_GAPS),
+    written: undefined as Promise<void> | undefined,
+  }));
+  private turn = 0;
+
+  async write(block: Uint8Array, first: boolean, out: TextOut): Promise<void> {
+    const words = new Uint32Array(block.buffer, block.byteOffset, block.byteLength / 4);
+    // A gap is as long as the longest text of an element: a half fits with any number of them.
+    const limit = HALF_BUFFER - ELEMENT_ROOM;
+    for (let at = 0; at < words.length; ) {
+      const mid = Math.min(at + PARALLEL_HALF, words.length);
+      const end = Math.min(mid + PARALLEL_HALF, words.length);
+      const pair = this.pairs[this.turn]!;
+      this.turn ^= 1;
+      // Its buffers are free once the sink has written what they held.
+      if (pair.written !== undefined) await pair.written;
+      const [a, b] = pair.halves;
+      const job = kernels.formatFloat32sAsync!(words, at, mid, a, 0, limit, first, pair.state, pair.stops, F32_TEXT_MAX);
+      let posA: number;
+      let posB = 0;
+      try {
+        if (mid < end) {
+          posB = formatFloat32s(words, mid, end, b, 0, limit, first);
+          if (formattedUpTo !== end) throw new Error(`the F32 writer stopped at element ${formattedUpTo} of ${end} with room left`);
+        }
+      } finally {
+        // Never left running on buffers this call gives up.
+        posA = await job;
+      }
+      posA = fillFloat32Gaps(words, a, pair.stops, pair.state[1]!, posA, first, F32_TEXT_MAX);
+      const stopped = pair.state[0]!;
+      if (stopped < mid) {
+        posA = formatFloat32s(words, stopped, mid, a, posA, limit, first);
+        if (formattedUpTo !== mid) throw new Error(`the F32 writer stopped at element ${formattedUpTo} of ${mid} with room left`);
+      }
+      pair.written = (await out.enqueue(a.subarray(0, posA))).written;
+      if (posB > 0) pair.written = (await out.enqueue(b.subarray(0, posB))).written;
+      at = end;
+    }
   }
 }
 

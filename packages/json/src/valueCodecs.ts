@@ -614,6 +614,30 @@ export function formatFloat32s(words: Uint32Array, index: number, end: number, o
   return pos;
 }
 
+/**
+ * Closes the gaps `kernels.formatFloat32sAsync` left in `out[start, end)`: `stops` holds `count`
+ * pairs (element, position of its gap of `gap` bytes), in order. Each element is written (with
+ * its separator) where its gap begins in the closed text, and the text after the gap moved up
+ * behind it; returns the new end. Moves each byte once.
+ */
+export function fillFloat32Gaps(words: Uint32Array, out: Uint8Array, stops: Float64Array, count: number, end: number, first: boolean, gap: number): number {
+  if (count === 0) return end;
+  let pos = stops[1]!;
+  for (let k = 0; k < count; k++) {
+    const index = stops[2 * k]!;
+    const gapEnd = stops[2 * k + 1]! + gap;
+    const start = pos;
+    if (index > 0 || !first) pos = separator(out, pos);
+    pos = writeFloat32(out, pos, words[index]!);
+    // The text is at most `gap` bytes and begins at or before its gap: it ends within it.
+    if (pos - start > gap) throw new Error(`F32 element ${index} took ${pos - start} bytes, more than the gap of ${gap}`);
+    const next = k + 1 < count ? stops[2 * k + 3]! : end;
+    out.copyWithin(pos, gapEnd, next);
+    pos += next - gapEnd;
+  }
+  return pos;
+}
+
 /** {@link formatFloat32s} in JavaScript: what the native kernel must equal (the tests compare them). */
 export function portableFormatFloat32s(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean): number {
   if (index === 0 && first && index < end && pos <= limit) {

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { type Kernels, kernels, readTensorBytes, tensorFromBytes } from "@st-convert/core";
 import "@st-convert/core/node";
-import { readTensorJson, serializeTensorJson } from "@st-convert/json";
+import { readTensorJson, serializeTensorJson, writeTensorJson } from "@st-convert/json";
 import { pseudoRandomBytes } from "@st-convert/testing";
 import {
   NATIVE_RUN_FROM,
@@ -26,8 +26,14 @@ const withNative = present ? describe : describe.skip;
 
 /** Runs `body` with the native JSON kernels removed from the registry, then puts them back. */
 async function portably<T>(body: () => Promise<T> | T): Promise<T> {
-  const saved: Kernels = { formatFloat32s: kernels.formatFloat32s, storeFloat32Run: kernels.storeFloat32Run, numberRun: kernels.numberRun };
+  const saved: Kernels = {
+    formatFloat32s: kernels.formatFloat32s,
+    formatFloat32sAsync: kernels.formatFloat32sAsync,
+    storeFloat32Run: kernels.storeFloat32Run,
+    numberRun: kernels.numberRun,
+  };
   delete kernels.formatFloat32s;
+  delete kernels.formatFloat32sAsync;
   delete kernels.storeFloat32Run;
   delete kernels.numberRun;
   try {
@@ -101,6 +107,105 @@ withNative("the native F32 writer loop", () => {
     const words = patterns(0).subarray(0, NATIVE_RUN_FROM - 1);
     const native = formatAll(formatFloat32s, words, 1 << 20, true);
     expect(Buffer.from(native.text).equals(formatAll(portableFormatFloat32s, words, 1 << 20, true).text)).toBe(true);
+  });
+});
+
+/** `words` as one F32 tensor, its NaNs made canonical so that it is written as values, not base64. */
+function f32Tensor(words: Uint32Array) {
+  const bits = words.map((w) => ((w & 0x7f800000) === 0x7f800000 && (w & 0x7fffff) !== 0 ? 0x7fc00000 : w));
+  return { metadata: null, tensors: [tensorFromBytes({ name: "w", dtype: "F32", shape: [bits.length] }, new Uint8Array(bits.buffer))] };
+}
+
+/** Bytes of the one-core text of `words[0, index)`, the first element without a separator. */
+function textLength(words: Uint32Array, index: number): number {
+  const out = new Uint8Array(20 * index + 64);
+  return formatFloat32s(words, 0, index, out, 0, out.length - 64, true);
+}
+
+/** Indices of `words` where the native loop stops for the exact route. */
+function exactRouteStops(words: Uint32Array): number[] {
+  const stops: number[] = [];
+  const out = new Uint8Array(64 * words.length + 64);
+  const state = new Float64Array(1);
+  for (let index = 0, pos = 0; index < words.length; ) {
+    pos = kernels.formatFloat32s!(words, index, words.length, out, pos, out.length - 64, true, state);
+    index = state[0]!;
+    if (index < words.length) stops.push(index++);
+  }
+  return stops;
+}
+
+const withAsync = present && kernels.formatFloat32sAsync !== undefined ? describe : describe.skip;
+
+withAsync("the F32 writer on two cores (formatFloat32sAsync)", () => {
+  it("writes the bytes of the one-core writer and of the JavaScript one, with exact-route elements in both halves of a piece", async () => {
+    const words = patterns(700_000);
+    const hard = exactRouteStops(words).map((i) => words[i]!);
+    expect(hard.length).toBeGreaterThan(2);
+    // The first element (no separator), in the pool's half of the first piece, in the half formatted
+    // here, at the end of the pool's half, and first and fourth in the second 2 MiB block (a separator).
+    for (const [k, at] of [0, 1000, 64 * 1024 + 5, 64 * 1024 - 1, 512 * 1024, 512 * 1024 + 3].entries()) words[at] = hard[k % hard.length]!;
+    // More than the pool's half has gaps for (1024), together, in the second piece's pool half.
+    for (let k = 0; k < 1500; k++) words[128 * 1024 + 7 + k] = hard[k % hard.length]!;
+    const source = f32Tensor(words);
+    const parallel = await serializeTensorJson(source);
+    expect(Buffer.from(parallel.subarray(0, 200)).toString()).toContain('"data": [');
+    const saved = kernels.formatFloat32sAsync;
+    delete kernels.formatFloat32sAsync;
+    let oneCore: Uint8Array;
+    try {
+      oneCore = await serializeTensorJson(source);
+    } finally {
+      kernels.formatFloat32sAsync = saved;
+    }
+    const portable = await portably(() => serializeTensorJson(source));
+    expect(Buffer.from(parallel).equals(oneCore)).toBe(true);
+    expect(Buffer.from(parallel).equals(portable)).toBe(true);
+    // And it reads back to the same bits.
+    const back = await readTensorJson(parallel);
+    expect(Buffer.from(await readTensorBytes(back.tensors[0]!)).equals(Buffer.from(await readTensorBytes(source.tensors[0]!)))).toBe(true);
+  });
+
+  it("leaves a gap for each element of the exact route, and records it, until its gaps run out", async () => {
+    const words = patterns(4000);
+    const n = words.length;
+    const hard = exactRouteStops(words);
+    expect(hard.length).toBeGreaterThan(1);
+    const out = new Uint8Array(20 * n + 64);
+    const state = new Float64Array(2);
+    const stops = new Float64Array(2 * 1024);
+    const end = await kernels.formatFloat32sAsync!(words, 0, n, out, 0, out.length - 64, true, state, stops, 20);
+    expect([state[0], state[1]]).toEqual([n, hard.length]);
+    // Each gap of 20 bytes begins where the one-core text before its element ends, shifted by the gaps before it
+    // less their elements' text.
+    let shift = 0;
+    for (let k = 0; k < hard.length; k++) {
+      expect(stops[2 * k]).toBe(hard[k]);
+      expect(stops[2 * k + 1]).toBe(textLength(words, hard[k]!) + shift);
+      shift += 20 - (textLength(words, hard[k]! + 1) - textLength(words, hard[k]!));
+    }
+    expect(end).toBe(textLength(words, n) + shift);
+    // With one gap, it stops at the second element of the exact route.
+    const one = new Float64Array(2);
+    await kernels.formatFloat32sAsync!(words, 0, n, out, 0, out.length - 64, true, state, one, 20);
+    expect([state[0], state[1], one[0]]).toEqual([hard[1], 1, hard[0]]);
+    // A gap shorter than an element's longest text is refused.
+    expect(() => kernels.formatFloat32sAsync!(words, 0, n, out, 0, out.length - 64, true, state, stops, 19)).toThrow("formatFloat32sAsync(");
+  });
+
+  it("reports a write that fails, without leaving a job or a rejection behind", async () => {
+    const source = f32Tensor(patterns(300_000));
+    let taken = 0;
+    const sink = {
+      name: "failing",
+      async write(chunk: Uint8Array) {
+        taken += chunk.byteLength;
+        if (taken > 3_000_000) throw new Error("disk full");
+      },
+      async close() {},
+      async abort() {},
+    };
+    await expect(writeTensorJson(source, sink)).rejects.toThrow("disk full");
   });
 });
 

@@ -39,6 +39,25 @@ export interface NativeIo {
    * separator, at an element whose digits need the exact route, which the caller writes.
    */
   formatFloat32s(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean, state: Float64Array): number;
+  /**
+   * `formatFloat32s` on a thread of Node's pool, which does not stop at an element whose digits
+   * need the exact route: it leaves `gap` bytes for it, records (element, position) in `stops`,
+   * and goes on; it ends at `end`, for want of room or when `stops` is full. Resolves to the output
+   * position, with `state[0]` the next element and `state[1]` the number of gaps. Until then the
+   * caller leaves `out`, `state` and `stops` alone (it may read `words`).
+   */
+  formatFloat32sAsync(
+    words: Uint32Array,
+    index: number,
+    end: number,
+    out: Uint8Array,
+    pos: number,
+    limit: number,
+    first: boolean,
+    state: Float64Array,
+    stops: Float64Array,
+    gap: number,
+  ): Promise<number>;
   /** The JSON reader's F32 fast path, as the json package's `storeFloat32Run`; `state[0]` is the next leaf. */
   storeFloat32Run(buf: Uint8Array, i: number, final: boolean, floats: Float32Array, base: number, leaf: number, endLeaf: number, state: Float64Array): number;
   /** The JSON scanner's run of numbers after a value, as its `numberRun`; `state[0]` is the count. */

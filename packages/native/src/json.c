@@ -9,6 +9,9 @@
  *     (a near tie, a candidate at an interval's end that no parse settles): the caller writes
  *     that one and calls again.
  *
+ *   formatFloat32sAsync(words, index, end, out, pos, limit, first, state) -> Promise of pos
+ *     The same, on a thread of the pool.
+ *
  *   storeFloat32Run(buf, i, final, floats, base, leaf, endLeaf, state) -> i
  *     Parses the run of plain numbers from buf[i] into floats[leaf - base], Clinger's fast path
  *     only; state[0] = the next leaf.
@@ -347,6 +350,8 @@ static size_t write_decided(uint8_t* out, size_t pos, uint32_t bits, const struc
  * "\"-Infinity\""), and write_decimal's 16-byte moves past its end (at most 2 + 1 + 10 + 1 + 16).
  */
 #define ELEMENT_ROOM 48
+/* Most bytes of one F32 element's text with its separator (`, -1.17549435e-38` is 17): the least gap formatFloat32sAsync leaves. */
+#define F32_TEXT_MAX 20
 
 /* ---------- Node-API glue ---------- */
 
@@ -376,23 +381,12 @@ static napi_value number(napi_env env, double value) {
   return result;
 }
 
-static napi_value format_float32s_js(napi_env env, napi_callback_info info) {
-  size_t argc = 8;
-  napi_value argv[8];
-  uint32_t* words;
-  uint8_t* out;
-  double* state;
-  size_t words_length, out_length, state_length;
-  int64_t index, end, pos, limit;
-  bool first;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 8 ||
-      !typed(env, argv[0], napi_uint32_array, (void**)&words, &words_length) || !index_arg(env, argv[1], &index) ||
-      !index_arg(env, argv[2], &end) || !typed(env, argv[3], napi_uint8_array, (void**)&out, &out_length) ||
-      !index_arg(env, argv[4], &pos) || !index_arg(env, argv[5], &limit) || napi_get_value_bool(env, argv[6], &first) != napi_ok ||
-      !typed(env, argv[7], napi_float64_array, (void**)&state, &state_length) || state_length < 1 || index < 0 || pos < 0 ||
-      end > (int64_t)words_length)
-    return fail(env, "formatFloat32s(words, index, end, out, pos, limit, first, state)");
-  size_t at = (size_t)pos;
+/*
+ * formatFloat32s' loop: elements from `index` while index < end and at <= limit (and their room
+ * fits in out_length); returns the output position, *stopped the next element.
+ */
+static size_t format_run(const uint32_t* words, int64_t index, int64_t end, uint8_t* out, size_t out_length, size_t at, int64_t limit, int first,
+                         int64_t* stopped) {
   /* Decided a batch at a time, then written: the decisions of a batch are independent of one
    * another and overlap in the processor; each write waits for the one before (its position). */
   struct decision batch[256];
@@ -415,8 +409,127 @@ static napi_value format_float32s_js(napi_env env, napi_callback_info info) {
     }
   }
 stop:
-  state[0] = (double)index;
+  *stopped = index;
+  return at;
+}
+
+/* The arguments of formatFloat32s and formatFloat32sAsync, checked. */
+struct format_args {
+  uint32_t* words;
+  uint8_t* out;
+  double* state;
+  size_t words_length, out_length, state_length;
+  int64_t index, end, pos, limit;
+  bool first;
+};
+
+static int format_arguments(napi_env env, napi_value* argv, struct format_args* a) {
+  return typed(env, argv[0], napi_uint32_array, (void**)&a->words, &a->words_length) && index_arg(env, argv[1], &a->index) &&
+         index_arg(env, argv[2], &a->end) && typed(env, argv[3], napi_uint8_array, (void**)&a->out, &a->out_length) &&
+         index_arg(env, argv[4], &a->pos) && index_arg(env, argv[5], &a->limit) && napi_get_value_bool(env, argv[6], &a->first) == napi_ok &&
+         typed(env, argv[7], napi_float64_array, (void**)&a->state, &a->state_length) && a->state_length >= 1 && a->index >= 0 && a->pos >= 0 &&
+         a->end <= (int64_t)a->words_length;
+}
+
+static napi_value format_float32s_js(napi_env env, napi_callback_info info) {
+  size_t argc = 8;
+  napi_value argv[8];
+  struct format_args a;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 8 || !format_arguments(env, argv, &a))
+    return fail(env, "formatFloat32s(words, index, end, out, pos, limit, first, state)");
+  int64_t stopped;
+  size_t at = format_run(a.words, a.index, a.end, a.out, a.out_length, (size_t)a.pos, a.limit, a.first, &stopped);
+  a.state[0] = (double)stopped;
   return number(env, (double)at);
+}
+
+/*
+ * formatFloat32sAsync: the same loop on a thread of the pool, so that the caller formats another
+ * part of the tensor meanwhile. An element left for the exact route does not end the job, as it
+ * ends formatFloat32s: the job leaves `gap` bytes for it in `out`, records (element, position of
+ * the gap) in `stops`, and goes on after it. It ends at `end`, for want of room, or when `stops`
+ * is full; `state[0]` is then the next element, `state[1]` the number of gaps, which the caller
+ * fills with the elements' text and closes before it writes `out`. The job holds references to
+ * `words`, `out`, `state` and `stops`, which the caller leaves alone (but for reading other
+ * elements of `words`) until the promise settles.
+ */
+typedef struct {
+  napi_async_work work;
+  napi_deferred deferred;
+  napi_ref refs[4];
+  struct format_args a;
+  double* stops;
+  size_t stops_length;
+  int64_t gap;
+  int64_t stopped, gaps;
+  size_t at;
+} format_job;
+
+static void format_job_run(napi_env env, void* data) {
+  (void)env;
+  format_job* job = data;
+  struct format_args* a = &job->a;
+  size_t at = (size_t)a->pos;
+  int64_t index = a->index, stopped, gaps = 0, room = (int64_t)(job->stops_length / 2);
+  for (;;) {
+    at = format_run(a->words, index, a->end, a->out, a->out_length, at, a->limit, a->first, &stopped);
+    /* Stopped for room (or at the end) rather than for the exact route, or no gap left: done. */
+    if (stopped >= a->end || gaps == room || (int64_t)(at + (size_t)job->gap) > a->limit || at + (size_t)job->gap + ELEMENT_ROOM > a->out_length)
+      break;
+    job->stops[2 * gaps] = (double)stopped;
+    job->stops[2 * gaps + 1] = (double)at;
+    gaps++;
+    at += (size_t)job->gap;
+    index = stopped + 1;
+  }
+  job->stopped = stopped;
+  job->gaps = gaps;
+  job->at = at;
+}
+
+static void format_job_done(napi_env env, napi_status status, void* data) {
+  format_job* job = data;
+  if (status != napi_ok) {
+    napi_value message, error;
+    napi_create_string_utf8(env, "formatFloat32sAsync cancelled", NAPI_AUTO_LENGTH, &message);
+    napi_create_error(env, NULL, message, &error);
+    napi_reject_deferred(env, job->deferred, error);
+  } else {
+    job->a.state[0] = (double)job->stopped;
+    job->a.state[1] = (double)job->gaps;
+    napi_resolve_deferred(env, job->deferred, number(env, (double)job->at));
+  }
+  for (int i = 0; i < 4; i++) napi_delete_reference(env, job->refs[i]);
+  napi_delete_async_work(env, job->work);
+  free(job);
+}
+
+static napi_value format_float32s_async_js(napi_env env, napi_callback_info info) {
+  size_t argc = 10;
+  napi_value argv[10];
+  const char* usage = "formatFloat32sAsync(words, index, end, out, pos, limit, first, state, stops, gap)";
+  format_job* job = calloc(1, sizeof *job);
+  if (job == NULL) return fail(env, "formatFloat32sAsync: out of memory");
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 10 || !format_arguments(env, argv, &job->a) ||
+      job->a.state_length < 2 || !typed(env, argv[8], napi_float64_array, (void**)&job->stops, &job->stops_length) ||
+      !index_arg(env, argv[9], &job->gap) || job->gap < F32_TEXT_MAX) {
+    free(job);
+    return fail(env, usage);
+  }
+  int made = 0;
+  napi_value promise, resource;
+  const int kept[4] = {0, 3, 7, 8};
+  for (; made < 4; made++)
+    if (napi_create_reference(env, argv[kept[made]], 1, &job->refs[made]) != napi_ok) break;
+  if (made == 4 && napi_create_promise(env, &job->deferred, &promise) == napi_ok &&
+      napi_create_string_utf8(env, "st-convert.formatFloat32sAsync", NAPI_AUTO_LENGTH, &resource) == napi_ok &&
+      napi_create_async_work(env, NULL, resource, format_job_run, format_job_done, job, &job->work) == napi_ok) {
+    if (napi_queue_async_work(env, job->work) == napi_ok) return promise;
+    napi_delete_async_work(env, job->work);
+  }
+  for (int i = 0; i < made; i++) napi_delete_reference(env, job->refs[i]);
+  free(job);
+  return fail(env, "formatFloat32sAsync: cannot queue the job");
 }
 
 static int is_space(uint8_t c) {
@@ -763,6 +876,8 @@ void json_register(napi_env env, napi_value exports) {
   napi_value fn;
   napi_create_function(env, "formatFloat32s", NAPI_AUTO_LENGTH, format_float32s_js, NULL, &fn);
   napi_set_named_property(env, exports, "formatFloat32s", fn);
+  napi_create_function(env, "formatFloat32sAsync", NAPI_AUTO_LENGTH, format_float32s_async_js, NULL, &fn);
+  napi_set_named_property(env, exports, "formatFloat32sAsync", fn);
   napi_create_function(env, "storeFloat32Run", NAPI_AUTO_LENGTH, store_float32_run_js, NULL, &fn);
   napi_set_named_property(env, exports, "storeFloat32Run", fn);
   napi_create_function(env, "numberRun", NAPI_AUTO_LENGTH, number_run_js, NULL, &fn);

@@ -5,6 +5,6 @@
 
 /* Builds the tables; once per process, before json_register. */
 void json_initialize(void);
-/* Adds formatFloat32s, storeFloat32Run and numberRun to `exports`. */
+/* Adds formatFloat32s, formatFloat32sAsync, storeFloat32Run and numberRun to `exports`. */
 void json_register(napi_env env, napi_value exports);
 #endif
