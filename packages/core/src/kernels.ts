@@ -3,6 +3,7 @@
  * they are there: under Node, `@st-convert/core/node` installs the native module's CRC-32 when it
  * loads (`@st-convert/native`). Everything has a portable path; these only change its speed.
  */
+import type { NativeIo } from "@st-convert/native";
 import type { ByteSource } from "./ByteSource.js";
 import { StConvertError, endedEarly } from "./StConvertError.js";
 
@@ -22,24 +23,8 @@ export interface Kernels {
    * other result in `state[0]`; the json package documents their arguments.
    */
   formatFloat32s?: (words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, limit: number, first: boolean, state: Float64Array) => number;
-  /**
-   * `formatFloat32s` off the main thread (Node's pool), going on past elements left for the exact
-   * route: each gets a gap of `gap` bytes, recorded in `stops` as (element, position). Resolves to
-   * the position; `state[0]` is the next element, `state[1]` the number of gaps. The caller leaves
-   * `out`, `state` and `stops` alone until then.
-   */
-  formatFloat32sAsync?: (
-    words: Uint32Array,
-    index: number,
-    end: number,
-    out: Uint8Array,
-    pos: number,
-    limit: number,
-    first: boolean,
-    state: Float64Array,
-    stops: Float64Array,
-    gap: number,
-  ) => Promise<number>;
+  /** `formatFloat32s` on Node's thread pool, going on past elements of the exact route (the native module documents it). */
+  formatFloat32sAsync?: NativeIo["formatFloat32sAsync"];
   storeFloat32Run?: (
     buf: Uint8Array,
     i: number,

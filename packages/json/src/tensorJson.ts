@@ -679,6 +679,8 @@ const F32_TEXT_MAX = 20;
 const PARALLEL_GAPS = 1024;
 /** Bytes of one half's buffer: room for all its elements at their longest, plus {@link ELEMENT_ROOM}. */
 const HALF_BUFFER = PARALLEL_HALF * F32_TEXT_MAX + ELEMENT_ROOM;
+/** Where formatting into a half's buffer stops; a gap is as long as an element's longest text, so a half fits with any number of them. */
+const HALF_LIMIT = HALF_BUFFER - ELEMENT_ROOM;
 
 /**
  * F32 text made on both cores: each piece of 2 × {@link PARALLEL_HALF} elements is formatted in
@@ -700,8 +702,6 @@ class ParallelFloat32s {
 
   async write(block: Uint8Array, first: boolean, out: TextOut): Promise<void> {
     const words = new Uint32Array(block.buffer, block.byteOffset, block.byteLength / 4);
-    // A gap is as long as the longest text of an element: a half fits with any number of them.
-    const limit = HALF_BUFFER - ELEMENT_ROOM;
     for (let at = 0; at < words.length; ) {
       const mid = Math.min(at + PARALLEL_HALF, words.length);
       const end = Math.min(mid + PARALLEL_HALF, words.length);
@@ -710,29 +710,30 @@ class ParallelFloat32s {
       // Its buffers are free once the sink has written what they held.
       if (pair.written !== undefined) await pair.written;
       const [a, b] = pair.halves;
-      const job = kernels.formatFloat32sAsync!(words, at, mid, a, 0, limit, first, pair.state, pair.stops, F32_TEXT_MAX);
+      const job = kernels.formatFloat32sAsync!(words, at, mid, a, 0, HALF_LIMIT, first, pair.state, pair.stops, F32_TEXT_MAX);
       let posA: number;
       let posB = 0;
       try {
-        if (mid < end) {
-          posB = formatFloat32s(words, mid, end, b, 0, limit, first);
-          if (formattedUpTo !== end) throw new Error(`the F32 writer stopped at element ${formattedUpTo} of ${end} with room left`);
-        }
+        if (mid < end) posB = formatHalf(words, mid, end, b, 0, first);
       } finally {
         // Never left running on buffers this call gives up.
         posA = await job;
       }
       posA = fillFloat32Gaps(words, a, pair.stops, pair.state[1]!, posA, first, F32_TEXT_MAX);
       const stopped = pair.state[0]!;
-      if (stopped < mid) {
-        posA = formatFloat32s(words, stopped, mid, a, posA, limit, first);
-        if (formattedUpTo !== mid) throw new Error(`the F32 writer stopped at element ${formattedUpTo} of ${mid} with room left`);
-      }
+      if (stopped < mid) posA = formatHalf(words, stopped, mid, a, posA, first);
       pair.written = (await out.enqueue(a.subarray(0, posA))).written;
       if (posB > 0) pair.written = (await out.enqueue(b.subarray(0, posB))).written;
       at = end;
     }
   }
+}
+
+/** F32 elements `index` up to `end` into a half's buffer, which holds them all. */
+function formatHalf(words: Uint32Array, index: number, end: number, out: Uint8Array, pos: number, first: boolean): number {
+  pos = formatFloat32s(words, index, end, out, pos, HALF_LIMIT, first);
+  if (formattedUpTo !== end) throw new Error(`the F32 writer stopped at element ${formattedUpTo} of ${end} with room left`);
+  return pos;
 }
 
 /** The values of one block: at once while they fit in the output buffer, else flushing as it fills. */
