@@ -36,6 +36,8 @@ export interface Kernels {
     state: Float64Array,
   ) => number;
   numberRun?: (buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number, state: Float64Array) => number;
+  /** How many runs of the two reader loops went on two cores so far (the native module documents it). */
+  readerSplits?: NativeIo["readerSplits"];
   /**
    * The float casts' element loops, bit for bit what castKernels.ts's JavaScript does (core's
    * tests compare them): `count` elements of `src` (native-endian, any alignment) cast into

@@ -171,6 +171,10 @@ function blockCacheSource(source: ByteSource): ByteSource {
       return block(index).then((bytes) => bytes.subarray(at, at + length));
     },
   };
+  // A big tensor's windows are read into the window's own memory, past the blocks: a fresh array
+  // per 2 MiB window cost its zeroing, its page faults and a copy joining it to the bytes kept.
+  if (source.readInto !== undefined) cached.readInto = (offset, target) => source.readInto!(offset, target);
+  if (source.readIntoSync !== undefined) cached.readIntoSync = (offset, target) => source.readIntoSync!(offset, target);
   return cached;
 }
 
@@ -396,7 +400,7 @@ async function* windowedValueChunks(
   const { elementBytes, leavesPerElement } = codec;
   const elements = t.byteLength / elementBytes;
   const perBlock = Math.max(1, Math.floor(chunkSize / elementBytes));
-  const w = new ByteWindow(source, t.start, t.end, windowSize);
+  const w = new ByteWindow(source, t.start, t.end, windowSize, true);
   let leaf = 0;
   for (let first = 0; first < elements; first += perBlock) {
     const count = Math.min(perBlock, elements - first);

@@ -436,3 +436,144 @@ withNative("the native F32 reader loops' blocks of plain numbers", () => {
     expect(counted).toBeGreaterThan(1_000_000);
   });
 });
+
+/**
+ * A clean run of about `bytes` bytes of plain numbers (", " or "," between them), as a big
+ * tensor's text holds them: long enough for the native loops to split it between two cores.
+ */
+function longRun(seed: number, bytes: number): Uint8Array {
+  const random = pseudoRandomBytes(seed, bytes);
+  let text = "[";
+  for (let i = 0; text.length < bytes; i++) {
+    const r = (k: number) => random[(8 * i + k) % random.length]!;
+    const fraction = String((r(3) << 16) | (r(4) << 8) | r(5)).padStart(8, "0");
+    const token = `${r(2) % 2 ? "-" : ""}${r(1) % 3 === 0 ? 1 + (r(1) % 9) : 0}.${fraction.slice(0, 1 + (r(7) % 8))}`;
+    text += (i === 0 ? "" : r(0) % 2 ? ", " : ",") + token;
+  }
+  return utf8.encode(`${text}]`);
+}
+
+/** Where the native loops split [i, n): the first comma at or past the middle. */
+function splitComma(buf: Uint8Array, i: number, n: number): number {
+  return buf.indexOf(0x2c, i + Math.floor((n - i) / 2));
+}
+
+/**
+ * The edits made around the split comma `s` (in place, the same length, so the split stays where
+ * it was): each makes one half stop where the other does not, or the join meet whitespace.
+ */
+const SPLIT_EDITS: readonly ((buf: Uint8Array, s: number) => void)[] = [
+  () => {},
+  // Not a value right after the comma: the second half takes nothing.
+  (buf, s) => {
+    buf[buf[s + 1] === 0x20 ? s + 2 : s + 1] = 0x78;
+  },
+  // A space before the comma: the first half ends on it, the halves still join.
+  (buf, s) => {
+    if (buf[s - 2] !== 0x2e && buf[s - 2] !== 0x2c && buf[s - 2] !== 0x20) buf[s - 1] = 0x20;
+  },
+  // Both: the first half ends on the space, the second takes nothing, and the run ends after the last value.
+  (buf, s) => {
+    if (buf[s - 2] !== 0x2e && buf[s - 2] !== 0x2c && buf[s - 2] !== 0x20) buf[s - 1] = 0x20;
+    buf[buf[s + 1] === 0x20 ? s + 2 : s + 1] = 0x78;
+  },
+  // An exponent a few values on: the second half leaves its blocks for the general path.
+  (buf, s) => {
+    const point = buf.indexOf(0x2e, s + 40);
+    if (buf[point - 1] !== 0x2d) buf[point] = 0x65;
+  },
+  // Something malformed before the middle: the first half stops short, and the second half's work is dropped.
+  (buf, s) => {
+    buf[buf.lastIndexOf(0x2c, s - 5000) + 1] = 0x78;
+  },
+  // A bracket right after the comma: stepped over by the store, a stop for the count.
+  (buf, s) => {
+    buf[s + 1] = 0x5d;
+  },
+];
+
+withNative("the native reader loops on two cores", () => {
+  const splits = () => kernels.readerSplits!();
+
+  it("store what the JavaScript loop stores, stopping where it stops, over long stretches split between cores", () => {
+    const [joined0, resumed0] = splits();
+    let cases = 0;
+    for (let seed = 0; seed < 6; seed++) {
+      const original = longRun(900 + seed, 300_000 + seed * 40_000);
+      for (const edit of SPLIT_EDITS) {
+        const buf = original.slice();
+        // From the first value, from a comma, from the value after it.
+        const comma = buf.indexOf(0x2c, 1000);
+        const i = [1, comma, comma + 1][seed % 3]!;
+        edit(buf, splitComma(buf, i, buf.length));
+        // How many values the stretch holds, then asks that stop in either half, at and around the helper's pieces.
+        const all = new Float32Array(200_000);
+        portableStoreFloat32Run(buf, i, true, all, 0, 0, all.length);
+        const total = storedUpTo;
+        const firstHalf = portableStoreFloat32Run(buf.subarray(0, splitComma(buf, i, buf.length) + 1), i, false, all, 0, 0, all.length) && storedUpTo;
+        for (const endLeaf of [
+          all.length,
+          total,
+          total + 1,
+          firstHalf - 3,
+          firstHalf + 1,
+          firstHalf + 8191,
+          firstHalf + 8192,
+          firstHalf + 8193,
+          firstHalf + 20_000,
+        ]) {
+          for (const cut of [buf.length, buf.length - 7]) {
+            if (endLeaf <= 0) continue;
+            const text = buf.subarray(0, cut);
+            const final = cut === buf.length;
+            const native = new Float32Array(endLeaf + 16);
+            const portable = new Float32Array(endLeaf + 16);
+            const nativeEnd = storeFloat32Run(text, i, final, native, 0, 0, endLeaf);
+            const nativeLeaf = storedUpTo;
+            const portableEnd = portableStoreFloat32Run(text, i, final, portable, 0, 0, endLeaf);
+            expect([nativeEnd, nativeLeaf]).toEqual([portableEnd, storedUpTo]);
+            expect(Buffer.from(native.buffer).equals(Buffer.from(portable.buffer))).toBe(true);
+            cases++;
+          }
+        }
+      }
+    }
+    const [joined, resumed] = splits();
+    // The two-core route ran, joined, and went on past the helper's pieces where asked to stop there.
+    expect(joined - joined0).toBeGreaterThan(cases / 2);
+    expect(resumed - resumed0).toBeGreaterThan(cases / 8);
+  });
+
+  it("count what the JavaScript scanner counts, stopping where it stops, over long stretches split between cores", () => {
+    const numberRun = kernels.numberRun!;
+    const state = new Float64Array(1);
+    const [joined0] = splits();
+    let cases = 0;
+    for (let seed = 0; seed < 6; seed++) {
+      const original = longRun(950 + seed, 300_000 + seed * 40_000);
+      for (const edit of SPLIT_EDITS) {
+        const buf = original.slice();
+        // From a comma after a value, as the scanner calls it.
+        const i = buf.indexOf(0x2c);
+        edit(buf, splitComma(buf, i, buf.length));
+        for (const [kinds, dim, count] of [
+          [1 | 2 | 128, -1, 0],
+          [1 | 2, -1, 3],
+          [1 | 2 | 128, 10_000_000, 5],
+          // A length the stretch may reach: not split, and still the same.
+          [1 | 2 | 128, 20_000, 0],
+        ] as const) {
+          for (const cut of [buf.length, buf.length - 7]) {
+            const text = buf.subarray(0, cut);
+            const nativeAt = numberRun(text, i, count, dim, kinds, MAX_NUMBER_LENGTH, state);
+            const portableAt = portableNumberRun(text, i, count, dim, kinds, MAX_NUMBER_LENGTH);
+            expect([nativeAt, state[0]]).toEqual([portableAt, countedUpTo]);
+            cases++;
+          }
+        }
+      }
+    }
+    const [joined] = splits();
+    expect(joined - joined0).toBeGreaterThan(cases / 4);
+  });
+});

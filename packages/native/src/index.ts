@@ -63,6 +63,13 @@ export interface NativeIo {
   /** The JSON scanner's run of numbers after a value, as its `numberRun`; `state[0]` is the count. */
   numberRun(buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number, state: Float64Array): number;
   /**
+   * How many calls of `storeFloat32Run` and `numberRun` so far ran on two cores (a stretch of 256 KiB
+   * or more, split at a comma past its middle, the second half on the module's helper thread, the
+   * halves joined), and how many of those stores went on past the helper's last piece on the
+   * calling thread (the stretch held more values than asked for): `[joined, resumed]`. For tests.
+   */
+  readerSplits(): [joined: number, resumed: number];
+  /**
    * The float casts' element loops, as core's castKernels.ts has them: `count` elements of `src`
    * cast into `dst` (Uint8Arrays, native-endian, any alignment) by `op` (core's `CAST_OPS`);
    * ops 5–7 read their results from `table`. Throws a TypeError for a bad argument or a count

@@ -28,10 +28,12 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <node_api.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "json.h"
 
@@ -831,6 +833,225 @@ static size_t number_run(const uint8_t* buf, size_t n, size_t i, int64_t count, 
   return at;
 }
 
+/* ---------- the reader's loops on two cores ---------- */
+
+/*
+ * A run over a long stretch of text (a 2 MiB window of a big tensor's values) is split in two at
+ * the first comma past its middle: a helper thread runs the second half while the calling thread
+ * runs the first, and the call returns when both are done, with what one run over the whole
+ * stretch returns. The halves join only where that is exactly so: the first half reached the
+ * comma (a run over the text up to and including it ends there, having taken every value before
+ * it), and the second half, which began at that comma as the whole run would have, is then the
+ * rest of the run; otherwise its work is dropped. The second half does not know how many values
+ * come before it: the count starts at 0 (numberRun splits only where its level's length cannot be
+ * reached in the stretch), and its floats go to a scratch array copied into place after the join,
+ * in pieces of CHECKPOINT_LEAVES whose end positions it records, so that when the stretch holds
+ * more values than the caller asked for, the run goes on from the last piece's end on this
+ * thread, at most CHECKPOINT_LEAVES values again. One helper thread serves the process; a caller
+ * that finds it busy (another worker thread's call) runs the whole stretch itself.
+ */
+#define SPLIT_FROM (256 * 1024)
+#define SPLIT_SEARCH 65536
+#define CHECKPOINT_LEAVES 8192
+
+enum { JOB_NONE, JOB_POSTED, JOB_FINISHED };
+enum { KIND_COUNT, KIND_STORE };
+
+static struct {
+  pthread_mutex_t busy; /* held by the caller whose stretch the helper runs */
+  pthread_mutex_t lock; /* guards state */
+  pthread_cond_t wake, done;
+  int state, kind;
+  const uint8_t* buf;
+  size_t n, i;
+  int final;
+  int64_t kinds, max_length, limit;
+  float* scratch;
+  size_t scratch_capacity;
+  size_t* checkpoints;
+  size_t checkpoint_capacity, checkpoint_count;
+  size_t at;
+  int64_t count;
+} helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, JOB_NONE, 0,
+            NULL, 0, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, 0, 0, 0};
+static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
+static int helper_started;
+/* Runs split and joined, and joined runs that went on past the helper's last piece: the tests read them. */
+static volatile int64_t splits_joined, splits_resumed;
+
+static void helper_job(void) {
+  if (helper.kind == KIND_COUNT) {
+    helper.at = number_run(helper.buf, helper.n, helper.i, 0, -1, helper.kinds, helper.max_length, &helper.count);
+    return;
+  }
+  int64_t leaf = 0;
+  size_t at = helper.i;
+  helper.checkpoint_count = 0;
+  while (leaf < helper.limit) {
+    int64_t target = leaf + CHECKPOINT_LEAVES < helper.limit ? leaf + CHECKPOINT_LEAVES : helper.limit, next;
+    at = store_float32_run(helper.buf, helper.n, at, helper.final, helper.scratch, 0, leaf, target, &next);
+    leaf = next;
+    if (leaf < target) break;
+    helper.checkpoints[helper.checkpoint_count++] = at;
+  }
+  helper.at = at;
+  helper.count = leaf;
+}
+
+static void* helper_main(void* unused) {
+  (void)unused;
+  pthread_mutex_lock(&helper.lock);
+  for (;;) {
+    while (helper.state != JOB_POSTED) pthread_cond_wait(&helper.wake, &helper.lock);
+    pthread_mutex_unlock(&helper.lock);
+    helper_job();
+    pthread_mutex_lock(&helper.lock);
+    helper.state = JOB_FINISHED;
+    pthread_cond_signal(&helper.done);
+  }
+  return NULL;
+}
+
+static void helper_start(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 2 || getenv("ST_CONVERT_ONE_CORE_READER") != NULL) return;
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  helper_started = pthread_create(&thread, &attr, helper_main, NULL) == 0;
+  pthread_attr_destroy(&attr);
+}
+
+/* The comma where [i, n) splits, or 0 when it does not: too short, no helper, or the helper busy
+ * (then not taken). On success the caller holds helper.busy and posts a job. */
+static size_t split_point(const uint8_t* buf, size_t n, size_t i) {
+  if (n - i < SPLIT_FROM) return 0;
+  pthread_once(&helper_once, helper_start);
+  if (!helper_started) return 0;
+  size_t mid = i + (n - i) / 2;
+  size_t span = n - mid < SPLIT_SEARCH ? n - mid : SPLIT_SEARCH;
+  const uint8_t* comma = memchr(buf + mid, 0x2c, span);
+  if (comma == NULL) return 0;
+  if (pthread_mutex_trylock(&helper.busy) != 0) return 0;
+  return (size_t)(comma - buf);
+}
+
+static void helper_post(void) {
+  pthread_mutex_lock(&helper.lock);
+  helper.state = JOB_POSTED;
+  pthread_cond_signal(&helper.wake);
+  pthread_mutex_unlock(&helper.lock);
+}
+
+static void helper_wait(void) {
+  pthread_mutex_lock(&helper.lock);
+  while (helper.state != JOB_FINISHED) pthread_cond_wait(&helper.done, &helper.lock);
+  helper.state = JOB_NONE;
+  pthread_mutex_unlock(&helper.lock);
+}
+
+/* Grows the helper's scratch and checkpoints for `limit` leaves; 0 when memory is short. */
+static int helper_room(int64_t limit) {
+  size_t want = (size_t)limit;
+  if (want > helper.scratch_capacity) {
+    float* grown = realloc(helper.scratch, want * sizeof *grown);
+    if (grown == NULL) return 0;
+    helper.scratch = grown;
+    helper.scratch_capacity = want;
+  }
+  size_t pieces = want / CHECKPOINT_LEAVES + 1;
+  if (pieces > helper.checkpoint_capacity) {
+    size_t* grown = realloc(helper.checkpoints, pieces * sizeof *grown);
+    if (grown == NULL) return 0;
+    helper.checkpoints = grown;
+    helper.checkpoint_capacity = pieces;
+  }
+  return 1;
+}
+
+/* number_run over [i, n), on two cores when long enough; the same result. */
+static size_t number_run_split(const uint8_t* buf, size_t n, size_t i, int64_t count, int64_t dim, int64_t kinds, int64_t max_length,
+                               int64_t* count_out) {
+  /* Each value takes two bytes with its comma: where the level's length could be reached in
+   * [i, n), the run may stop there, which the second half, counting from 0, cannot tell. */
+  if (dim != -1 && dim - count <= (int64_t)(n - i)) return number_run(buf, n, i, count, dim, kinds, max_length, count_out);
+  size_t s = split_point(buf, n, i);
+  if (s == 0) return number_run(buf, n, i, count, dim, kinds, max_length, count_out);
+  helper.kind = KIND_COUNT;
+  helper.buf = buf;
+  helper.n = n;
+  helper.i = s;
+  helper.kinds = kinds;
+  helper.max_length = max_length;
+  helper_post();
+  int64_t first_count;
+  size_t at = number_run(buf, s + 1, i, count, dim, kinds, max_length, &first_count);
+  helper_wait();
+  size_t k = at;
+  while (k < s && is_space(buf[k])) k++;
+  int64_t second_count = helper.count;
+  size_t second_at = helper.at;
+  pthread_mutex_unlock(&helper.busy);
+  /* Stopped before the comma: that is where the whole run stops too. */
+  if (k != s || second_count == 0) {
+    *count_out = first_count;
+    return at;
+  }
+  splits_joined++;
+  *count_out = first_count + second_count;
+  return second_at;
+}
+
+/* store_float32_run over [i, n), on two cores when long enough; the same result. */
+static size_t store_float32_run_split(const uint8_t* buf, size_t n, size_t i, int final, float* floats, int64_t base, int64_t leaf, int64_t end_leaf,
+                                      int64_t* leaf_out) {
+  size_t s = split_point(buf, n, i);
+  if (s == 0) return store_float32_run(buf, n, i, final, floats, base, leaf, end_leaf, leaf_out);
+  /* At most one value in two bytes after the comma, and never more than the caller asked for. */
+  int64_t limit = (int64_t)(n - s) / 2 + 1;
+  if (limit > end_leaf - leaf) limit = end_leaf - leaf;
+  if (limit <= 0 || !helper_room(limit)) {
+    pthread_mutex_unlock(&helper.busy);
+    return store_float32_run(buf, n, i, final, floats, base, leaf, end_leaf, leaf_out);
+  }
+  helper.kind = KIND_STORE;
+  helper.buf = buf;
+  helper.n = n;
+  helper.i = s + 1;
+  helper.final = final;
+  helper.limit = limit;
+  helper_post();
+  int64_t first_leaf;
+  size_t at = store_float32_run(buf, s + 1, i, 0, floats, base, leaf, end_leaf, &first_leaf);
+  helper_wait();
+  size_t result;
+  /* The first half took every value before the comma and stepped over it (so it had not reached
+   * end_leaf, where it would have stopped after the value): the run goes on after it. */
+  if (at == s + 1) {
+    int64_t wanted = end_leaf - first_leaf, second = helper.count;
+    splits_joined++;
+    if (second < wanted) {
+      memcpy(floats + (first_leaf - base), helper.scratch, (size_t)second * sizeof *floats);
+      *leaf_out = first_leaf + second;
+      result = helper.at;
+    } else {
+      /* More values than wanted: the pieces before the one holding the last wanted value, then the rest here. */
+      size_t pieces = (size_t)(wanted / CHECKPOINT_LEAVES);
+      size_t from = pieces == 0 ? s + 1 : helper.checkpoints[pieces - 1];
+      int64_t taken = (int64_t)pieces * CHECKPOINT_LEAVES;
+      memcpy(floats + (first_leaf - base), helper.scratch, (size_t)taken * sizeof *floats);
+      splits_resumed++;
+      result = store_float32_run(buf, n, from, final, floats, base, first_leaf + taken, end_leaf, leaf_out);
+    }
+  } else {
+    *leaf_out = first_leaf;
+    result = at;
+  }
+  pthread_mutex_unlock(&helper.busy);
+  return result;
+}
+
 static napi_value store_float32_run_js(napi_env env, napi_callback_info info) {
   size_t argc = 8;
   napi_value argv[8];
@@ -849,7 +1070,7 @@ static napi_value store_float32_run_js(napi_env env, napi_callback_info info) {
   /* Never past the floats given: the caller's general path takes any leaf beyond. */
   if (end_leaf > base + (int64_t)floats_length) end_leaf = base + (int64_t)floats_length;
   int64_t next_leaf;
-  size_t at = store_float32_run(buf, n, (size_t)i, final, floats, base, leaf, end_leaf, &next_leaf);
+  size_t at = store_float32_run_split(buf, n, (size_t)i, final, floats, base, leaf, end_leaf, &next_leaf);
   state[0] = (double)next_leaf;
   return number(env, (double)at);
 }
@@ -867,9 +1088,18 @@ static napi_value number_run_js(napi_env env, napi_callback_info info) {
       i < 0 || count < 0)
     return fail(env, "numberRun(buf, i, count, dim, kinds, maxLength, state)");
   int64_t next_count;
-  size_t at = number_run(buf, n, (size_t)i, count, dim, kinds, max_length, &next_count);
+  size_t at = number_run_split(buf, n, (size_t)i, count, dim, kinds, max_length, &next_count);
   state[0] = (double)next_count;
   return number(env, (double)at);
+}
+
+static napi_value reader_splits_js(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value out;
+  napi_create_array_with_length(env, 2, &out);
+  napi_set_element(env, out, 0, number(env, (double)splits_joined));
+  napi_set_element(env, out, 1, number(env, (double)splits_resumed));
+  return out;
 }
 
 void json_register(napi_env env, napi_value exports) {
@@ -882,4 +1112,6 @@ void json_register(napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "storeFloat32Run", fn);
   napi_create_function(env, "numberRun", NAPI_AUTO_LENGTH, number_run_js, NULL, &fn);
   napi_set_named_property(env, exports, "numberRun", fn);
+  napi_create_function(env, "readerSplits", NAPI_AUTO_LENGTH, reader_splits_js, NULL, &fn);
+  napi_set_named_property(env, exports, "readerSplits", fn);
 }
