@@ -16,10 +16,22 @@ rmSync(report, { force: true });
 /** Node's own warning lines, as `process.emitWarning` prints them: `(node:123) [DEP0137] DeprecationWarning: …`. */
 const NODE_WARNING = /^\(node:\d+\) (?:\[[A-Z0-9_]+\] )?\w*Warning: .*/;
 
+/**
+ * The run's environment, less `NODE_EXTRA_CA_CERTS`. Where it is set (this project's machines set
+ * it), every Node process parses the whole certificate file before its first line: about 40 ms
+ * on an idle machine, 0.6–0.7 s while the test suite keeps both cores busy (`node -e 0`, 5 runs
+ * each, against 0.11–0.19 s without), paid by every `st-convert` process the CLI tests start
+ * (cli/test/flax.test.ts alone took 44 s with it, 28 s without). No test speaks TLS: the remote
+ * tests' servers are plain HTTP on 127.0.0.1.
+ */
+const env = { ...process.env };
+delete env.NODE_EXTRA_CA_CERTS;
+
 const warnings = [];
 const child = spawn(vitest, ["run", "--reporter=default", "--reporter=json", `--outputFile=${report}`, ...process.argv.slice(2)], {
   stdio: ["ignore", "pipe", "pipe"],
   cwd: root,
+  env,
 });
 for (const [stream, out] of [
   [child.stdout, process.stdout],
