@@ -68,6 +68,14 @@ const work = resolve(root, values.dir);
 const cli = join(root, "packages", "cli", "dist", "st-convert.cjs");
 const python = process.env.ST_CONVERT_REF_PYTHON ?? (existsSync(join(root, ".venv-ref/bin/python")) ? join(root, ".venv-ref/bin/python") : undefined);
 const resultsFile = resolve(root, values.results);
+/**
+ * Every contestant runs without `NODE_EXTRA_CA_CERTS`, as on a user's machine: this project's
+ * machines set it, and every Node process then parses the certificate file before its first line
+ * (`node -e 0` 115 ms with it against 36 ms without, means of 21 runs, 2026-12-06). No contestant
+ * speaks TLS; cp and Python do not read it.
+ */
+const extraCaCerts = process.env.NODE_EXTRA_CA_CERTS;
+delete process.env.NODE_EXTRA_CA_CERTS;
 const formats = spawnSync(process.execPath, [cli, "--help"], { encoding: "utf8" }).stdout;
 
 function parseSize(text) {
@@ -338,7 +346,7 @@ function variantCommand(variant, c, input, output) {
     return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet", ...(c.args ?? [])]];
   // A sharded input is a folder: cp copies all of it.
   if (variant === "cp") return c.kind === "st-sharded" ? ["cp", ["-r", dirname(input), output]] : ["cp", [input, output]];
-  // What any Node program pays before its first line (this machine's NODE_EXTRA_CA_CERTS included).
+  // What any Node program pays before its first line.
   if (variant === "start") return [process.execPath, ["-e", "0"]];
   return [python, [join(root, "bench", "reference.py"), "run", variant.slice(3), input, output]];
 }
@@ -489,6 +497,7 @@ function report(rows, big, many) {
     "",
     `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of interleaved runs after one untimed run each.`,
     `- Node ${process.version}; ${pyVersions}.`,
+    `- Node's start-up: rows measured from 2026-12-06 on run every contestant without this machine's \`NODE_EXTRA_CA_CERTS\`${extraCaCerts === undefined ? " (not set in the last run)" : ""}, which makes any Node process parse a certificate file before its first line (\`node -e 0\` 115 ms with it, 36 ms without, means of 21 runs); earlier rows include it. A user whose environment sets it pays the same.`,
     `- st-convert's native module (\`@st-convert/native\`): ${native === undefined ? `not loaded (${nativeAbsence}): every copy goes through user space, CRCs through zlib` : "loaded: pass-through tensors are copied in the kernel (`copy_file_range`), CRC-32 folds with PCLMULQDQ"}. Rows keep the figures of the run that last measured them, with or without it.`,
     `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, \`sync\` before every run, no fsync inside it, for every contestant.`,
     "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
