@@ -75,6 +75,11 @@ const resultsFile = resolve(root, values.results);
  * speaks TLS; cp and Python do not read it.
  */
 const extraCaCerts = process.env.NODE_EXTRA_CA_CERTS;
+/**
+ * The processor a row was measured on, kept with its figures: machines of this project's kind
+ * are not always the same processor, and `cp` of 1 GiB took 0.16 s on one and 0.4 s on another.
+ */
+const machine = cpus()[0]?.model ?? "unknown CPU";
 delete process.env.NODE_EXTRA_CA_CERTS;
 const formats = spawnSync(process.execPath, [cli, "--help"], { encoding: "utf8" }).stdout;
 
@@ -495,7 +500,7 @@ function report(rows, big, many) {
     "",
     `Written by \`pnpm bench\` (bench/run.mjs), last on ${today()}, from the figures in bench/results.json. Each run replaces the rows it measured and keeps the others (\`pnpm bench --only TEXT\` measures the rows whose names contain TEXT); the raw times at the end give each row's date and number of runs.`,
     "",
-    `- Machine: ${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of interleaved runs after one untimed run each.`,
+    `- Machine of the last run: ${machine}, ${cpus().length} cores, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB RAM, Linux ${release()}; a shared machine, so figures are noisy: medians of interleaved runs after one untimed run each. Rows measured from 2026-12-06 on name their processor in the raw times; earlier ones did not record it (the page's last runs before then were on an AMD EPYC of the same size).`,
     `- Node ${process.version}; ${pyVersions}.`,
     `- Node's start-up: rows measured from 2026-12-06 on run every contestant without this machine's \`NODE_EXTRA_CA_CERTS\`${extraCaCerts === undefined ? " (not set in the last run)" : ""}, which makes any Node process parse a certificate file before its first line (\`node -e 0\` 115 ms with it, 36 ms without, means of 21 runs); earlier rows include it. A user whose environment sets it pays the same.`,
     `- st-convert's native module (\`@st-convert/native\`): ${native === undefined ? `not loaded (${nativeAbsence}): every copy goes through user space, CRCs through zlib` : "loaded: pass-through tensors are copied in the kernel (`copy_file_range`), CRC-32 folds with PCLMULQDQ"}. Rows keep the figures of the run that last measured them, with or without it.`,
@@ -569,9 +574,9 @@ function report(rows, big, many) {
     "- The Fortran repack reads one short run per column; from a file it reads synchronously (`readIntoSync`) into 16 MiB slabs. A deflated Fortran-order member is inflated once into a scratch file and repacked from there. Its Python baseline needs `np.ascontiguousarray`: `safetensors.numpy.save_file` writes an array's memory as it lies, so a Fortran-order array would come out transposed under its C-order shape.",
   );
   lines.push("", "Raw times (seconds, in run order):", "");
-  for (const { c, summary, date, runs, state, memory } of rows)
+  for (const { c, summary, date, runs, state, memory, machine } of rows)
     lines.push(
-      `- ${c.name}, ${state} (${date}, ${runs} runs${memory ? `; ${memory}` : ""}): ${Object.entries(summary)
+      `- ${c.name}, ${state} (${date}, ${runs} runs${machine ? `, ${machine}` : ""}${memory ? `; ${memory}` : ""}): ${Object.entries(summary)
         .map(([v, s]) => `${v === "ours" ? "st-convert" : v === "start" ? "node -e 0" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`)
         .join("; ")}`,
     );
@@ -782,9 +787,9 @@ function manyReport(results) {
     );
   }
   lines.push("", "Raw times (seconds, in run order):", "");
-  for (const { row, summary, date, runs } of results.filter((r) => r.failed === undefined))
+  for (const { row, summary, date, runs, machine } of results.filter((r) => r.failed === undefined))
     lines.push(
-      `- ${row.count.toLocaleString("en")}, ${row.name} (${date}, ${runs} runs, ${row.state ?? "as found"}): st-convert [${summary.ours.all.map((x) => x.toFixed(2)).join(", ")}]; Python [${summary.py.all.map((x) => x.toFixed(2)).join(", ")}]`,
+      `- ${row.count.toLocaleString("en")}, ${row.name} (${date}, ${runs} runs, ${row.state ?? "as found"}${machine ? `, ${machine}` : ""}): st-convert [${summary.ours.all.map((x) => x.toFixed(2)).join(", ")}]; Python [${summary.py.all.map((x) => x.toFixed(2)).join(", ")}]`,
     );
   return lines;
 }
@@ -916,7 +921,7 @@ for (const state of states) {
       leaveState();
     }
     const { c: _, ...figures } = row;
-    stored.cases[state] = { ...stored.cases[state], [c.name]: { ...figures, state, memory } };
+    stored.cases[state] = { ...stored.cases[state], [c.name]: { ...figures, state, memory, machine } };
     saveResults(stored);
     console.log(
       `  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}; ${memory}`,
@@ -928,7 +933,7 @@ const manyCounts = values.many.split(",").map(Number);
 if (wantsMany && python !== undefined) {
   enterState(states[0]);
   for (const result of runManySection(manyCounts, values["many-folders"]?.split(",").map(Number) ?? manyCounts)) {
-    stored.many[`${result.row.count} ${result.row.name}`] = { ...result, row: { ...result.row, state: states[0] } };
+    stored.many[`${result.row.count} ${result.row.name}`] = { ...result, machine, row: { ...result.row, state: states[0] } };
     // Row by row: an interrupted run keeps what it measured (removing the section's files at its
     // end takes minutes at 500,000 files a run).
     saveResults(stored);
@@ -940,7 +945,7 @@ if (wantsMany && python !== undefined) {
 writeFileSync(resolve(root, values.out), renderStored(stored));
 if (values.big !== undefined) {
   enterState(states[0]);
-  for (const row of bigRss(parseSize(values.big))) stored.big[row.name] = { ...row, state: states[0] };
+  for (const row of bigRss(parseSize(values.big))) stored.big[row.name] = { ...row, state: states[0], machine };
   leaveState();
   saveResults(stored);
 }
