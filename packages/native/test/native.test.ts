@@ -113,8 +113,9 @@ maybe("copyRange", () => {
     }
   });
 
-  // Offsets that differ within a page, on ranges of 1 MiB or more, go through the thread's buffer
-  // (2 MiB; the first write reaches the output's next page): the same bytes as the kernel's copy.
+  // Offsets that differ within a page, on ranges of 1 MiB or more, go through the thread's buffers
+  // (512 KiB; the first write reaches the output's next page): the same bytes as the kernel's copy.
+  // Ranges of 4 MiB or more are read ahead on a thread of their own, into a ring of four buffers.
   it("copies through its buffer where the offsets differ within a page: every byte, at an offset and at the file position", async () => {
     const MiB = 1024 * 1024;
     const cases: [inOffset: number, outOffset: number, length: number][] = [
@@ -169,6 +170,54 @@ maybe("copyRange", () => {
     } finally {
       closeSync(outFd);
     }
+  });
+
+  it("reading ahead (4 MiB or more): every byte through the ring, the input's end, a failed read or write stops both threads", async () => {
+    const MiB = 1024 * 1024;
+    // Ten buffers and a remainder through a ring of four: each slot filled and emptied thrice.
+    for (const positioned of [false, true]) {
+      const outPath = join(dir, `ahead-${positioned}`);
+      const outFd = openSync(outPath, "w");
+      const length = data.byteLength - 1000;
+      try {
+        if (positioned) writeSync(outFd, new Uint8Array(7).fill(0xee));
+        expect(await native!.copyRange(inFd(), 1000, outFd, positioned ? -1 : 7, length)).toBe(length);
+      } finally {
+        closeSync(outFd);
+      }
+      const out = readAll(outPath);
+      expect(out.byteLength).toBe(7 + length);
+      expect(Buffer.from(out.subarray(7)).equals(data.subarray(1000))).toBe(true);
+    }
+    // The input ends 4.5 MiB into an 8 MiB range: what there was, and no more.
+    const shortPath = join(dir, "ahead-short");
+    const outFd = openSync(shortPath, "w");
+    try {
+      const start = data.byteLength - 4.5 * MiB;
+      expect(await native!.copyRange(inFd(), start, outFd, 1, 8 * MiB)).toBe(4.5 * MiB);
+    } finally {
+      closeSync(outFd);
+    }
+    const short = readAll(shortPath);
+    expect(Buffer.from(short.subarray(1)).equals(data.subarray(data.byteLength - 4.5 * MiB))).toBe(true);
+    // A read that fails (a write-only input) and a write that fails (a read-only output): the
+    // system's error number, nothing copied, and the promise settles (the reader is stopped).
+    const unreadable = openSync(join(dir, "ahead-wo"), "w");
+    const writable = openSync(shortPath, "r+");
+    const readOnly = openSync(shortPath, "r");
+    try {
+      const badRead = (await native!.copyRange(unreadable, 5, writable, 1, 8 * MiB).catch((error: unknown) => error)) as CopyRangeError;
+      expect(badRead.errno).toBe(constants.errno.EBADF);
+      expect(badRead.copied).toBe(0);
+      const badWrite = (await native!.copyRange(inFd(), 5, readOnly, 0, 4 * MiB + 5).catch((error: unknown) => error)) as CopyRangeError;
+      expect(badWrite.errno).toBe(constants.errno.EBADF);
+      expect(badWrite.copied).toBe(0);
+    } finally {
+      closeSync(unreadable);
+      closeSync(writable);
+      closeSync(readOnly);
+    }
+    expect(Buffer.from(readAll(shortPath).subarray(1)).equals(data.subarray(data.byteLength - 4.5 * MiB))).toBe(true);
   });
 
   it("refuses arguments that are not whole numbers in range", () => {
