@@ -52,6 +52,14 @@ export interface ByteSink {
    * @throws StConvertError `UnexpectedEof` when the source ends early, `Io` when the copy fails.
    */
   copyFrom?(source: ByteSource, offset: number, length: number): Promise<void> | undefined;
+  /**
+   * {@link copyFrom} that also takes the CRC-32 of the bytes it copies, continued from `previous`,
+   * as it reads them (the native module's buffered copy), so that a check of those bytes needs no
+   * read of its own; resolves to the CRC. Undefined at once, having written nothing, where this
+   * sink cannot (the caller then copies as it would otherwise). Optional.
+   * @throws StConvertError as {@link copyFrom} does.
+   */
+  copyFromCrc32?(source: ByteSource, offset: number, length: number, previous: number): Promise<number> | undefined;
   /** Everything was written: make it visible (a file sink renames its temporary file into place). */
   close(): Promise<void>;
   /** Something failed: leave nothing behind. Safe to call more than once, and after `close` failed. */

@@ -56,24 +56,40 @@ export interface TensorExtent {
    */
   check?(): Promise<void>;
   /**
+   * The same check as the CRC-32 of the copied bytes, for a sink that takes it as it copies
+   * ({@link ByteSink.copyFromCrc32}) instead of {@link check} reading them again. Only beside
+   * `check`, which a sink that cannot fold it runs; absent where the check is no CRC of these bytes.
+   */
+  readonly crc32?: ExtentCrc32;
+  /**
    * Told the bytes copied so far after each piece of {@link KERNEL_COPY_STEP}: progress, and a
    * chance to stop (it may throw, as an aborted conversion does).
    */
   copied?(bytes: number): void;
 }
 
+/** A check of an extent's bytes as their CRC-32 (see {@link TensorExtent.crc32}). */
+export interface ExtentCrc32 {
+  /** The CRC-32 the copied bytes' CRC continues from (a zip member's bytes before the extent, say). */
+  initial(): Promise<number>;
+  /** Takes the copied bytes' CRC-32 and finishes the check (with the member's bytes after the extent, say). */
+  finish(crc: number): Promise<void>;
+}
+
 /** `extent` with the errors of its check given `where` (the file, the tensor) when they lack it, as `chunks()` would name them. */
 export function extentNamed(extent: TensorExtent, where: { file?: string; tensor?: string }): TensorExtent {
-  const check = extent.check;
+  const { check, crc32 } = extent;
   if (check === undefined) return extent;
+  const named = <T>(done: Promise<T>): Promise<T> =>
+    done.catch((error: unknown) => {
+      throw withContext(error, where);
+    });
   return {
     source: extent.source,
     offset: extent.offset,
     copied: extent.copied,
-    check: () =>
-      check().catch((error: unknown) => {
-        throw withContext(error, where);
-      }),
+    check: () => named(check()),
+    crc32: crc32 === undefined ? undefined : { initial: () => named(crc32.initial()), finish: (crc) => named(crc32.finish(crc)) },
   };
 }
 
@@ -267,6 +283,10 @@ async function copyExtent(tensor: TensorEntry, extent: TensorExtent, sink: ByteS
   let checking: Promise<void> | undefined;
   try {
     checkDeclaredLength(tensor);
+    if (extent.crc32 !== undefined && sink.copyFromCrc32 !== undefined) {
+      const folded = await copyExtentCrc32(tensor, extent, extent.crc32, sink);
+      if (folded) return true;
+    }
     for (let at = 0; at < tensor.byteLength; ) {
       const step = Math.min(KERNEL_COPY_STEP, tensor.byteLength - at);
       const copying = sink.copyFrom!(extent.source, extent.offset + at, step);
@@ -290,6 +310,28 @@ async function copyExtent(tensor: TensorEntry, extent: TensorExtent, sink: ByteS
     await checking?.catch(() => {});
     throw withContext(error, { tensor: tensor.name });
   }
+}
+
+/**
+ * {@link copyExtent} with the check folded into the copy: the sink takes the CRC-32 of the bytes as
+ * it copies them, and the extent's `crc32.finish` judges it. False, with nothing written, when the
+ * sink cannot (the caller then copies with the check alongside).
+ */
+async function copyExtentCrc32(tensor: TensorEntry, extent: TensorExtent, check: ExtentCrc32, sink: ByteSink): Promise<boolean> {
+  let crc = await check.initial();
+  for (let at = 0; at < tensor.byteLength; ) {
+    const step = Math.min(KERNEL_COPY_STEP, tensor.byteLength - at);
+    const copying = sink.copyFromCrc32!(extent.source, extent.offset + at, step, crc);
+    if (copying === undefined) {
+      if (at === 0) return false;
+      throw new StConvertError("Io", "the output stopped taking copies halfway through a tensor", { file: sink.name });
+    }
+    crc = await copying;
+    at += step;
+    extent.copied?.(at);
+  }
+  await check.finish(crc);
+  return true;
 }
 
 /**

@@ -60,6 +60,7 @@ export {
 } from "./StConvertError.js";
 export {
   type ChunkOptions,
+  type ExtentCrc32,
   type Metadata,
   type TensorEntry,
   type TensorExtent,

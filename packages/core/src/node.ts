@@ -217,7 +217,13 @@ export interface AtomicFileSink extends ByteSink {
    * cannot), this copy and every later one go through memory instead, with the same bytes.
    */
   copyFrom(source: ByteSource, offset: number, length: number): Promise<void> | undefined;
-  /** Bytes appended by kernel copies so far (tests and benchmarks look at it). */
+  /**
+   * {@link copyFrom} through the native module's buffers, with the CRC-32 of the bytes taken as
+   * they pass (`copyRangeCrc32`); undefined where `copyFrom` would be, or once copies here go
+   * through memory.
+   */
+  copyFromCrc32(source: ByteSource, offset: number, length: number, previous: number): Promise<number> | undefined;
+  /** Bytes appended by kernel copies (and the native module's buffered copies) so far (tests and benchmarks look at it). */
   readonly kernelCopied: number;
   /**
    * With `deferPlacement`: puts the closed file in place (as `close()` does otherwise), once.
@@ -446,6 +452,17 @@ async function atomicSink(
     closeSync(fd);
   };
 
+  /** A copy this sink refuses before starting it (it is not open, the range lies past the source), else undefined. */
+  const copyRefused = (source: ByteSource, offset: number, length: number): Promise<never> | undefined => {
+    if (state !== "open") return Promise.reject(new StConvertError("Io", `write to a ${state} sink`, { file: name }));
+    try {
+      checkRange(source, offset, length);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return undefined;
+  };
+
   const sink: AtomicFileSink = {
     kind: "file",
     name,
@@ -459,12 +476,8 @@ async function atomicSink(
       const from = (source as Partial<FileSource>).fd;
       const io = native;
       if (typeof from !== "number" || io === undefined || throughMemory) return undefined;
-      if (state !== "open") return Promise.reject(new StConvertError("Io", `write to a ${state} sink`, { file: name }));
-      try {
-        checkRange(source, offset, length);
-      } catch (error) {
-        return Promise.reject(error);
-      }
+      const refused = copyRefused(source, offset, length);
+      if (refused !== undefined) return refused;
       const step = async (): Promise<void> => {
         let copied: number;
         try {
@@ -484,6 +497,31 @@ async function atomicSink(
       return writer.copy(step, length).catch((error: unknown) => {
         throw ioError(error, name, "write failed");
       });
+    },
+    copyFromCrc32(source, offset, length, previous) {
+      const from = (source as Partial<FileSource>).fd;
+      const io = native;
+      if (typeof from !== "number" || io === undefined || throughMemory) return undefined;
+      const refused = copyRefused(source, offset, length);
+      if (refused !== undefined) return refused;
+      let crc = previous;
+      const step = async (): Promise<void> => {
+        try {
+          crc = await io.copyRangeCrc32(from, offset, file(), -1, length, previous);
+        } catch (error) {
+          const { errno, copied } = error as CopyRangeError;
+          kernelCopied += copied;
+          if (errno === 0) throw endedEarly(offset + copied, offset + length, source.name);
+          throw systemError(error as CopyRangeError);
+        }
+        kernelCopied += length;
+      };
+      return writer.copy(step, length).then(
+        () => crc,
+        (error: unknown) => {
+          throw ioError(error, name, "write failed");
+        },
+      );
     },
     async patch(position, bytes) {
       if (state !== "open") throw new StConvertError("Io", `patch of a ${state} sink`, { file: name });

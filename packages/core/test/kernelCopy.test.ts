@@ -8,6 +8,7 @@ import {
   KERNEL_COPY_FROM,
   KERNEL_COPY_STEP,
   MemorySink,
+  StConvertError,
   type TensorEntry,
   type TensorExtent,
   bytesSource,
@@ -149,6 +150,46 @@ withNative("a file sink's kernel copy (copyFrom)", () => {
   });
 });
 
+withNative("a file sink's copy with the CRC taken as it goes (copyFromCrc32)", () => {
+  it("appends the range in order with the writes around it and resolves to its CRC, continued from the previous value", async () => {
+    const input = join(dir, "in.bin");
+    const data = pattern(6 * 1024 * 1024 + 77, 3);
+    writeFileSync(input, data);
+    const source = await openFileSource(input);
+    const sink = await fileSink(join(dir, "out.bin"));
+    try {
+      await sink.write(new Uint8Array([1, 2, 3]));
+      // Placed alike (offset 3 after 3 bytes) and otherwise, short and past the read-ahead's 4 MiB.
+      expect(await sink.copyFromCrc32(source, 3, 1000, 0)).toBe(zlibCrc32(data.subarray(3, 1003)));
+      expect(await sink.copyFromCrc32(source, 10, 5 * 1024 * 1024, 0x5eed)).toBe(zlibCrc32(data.subarray(10, 10 + 5 * 1024 * 1024), 0x5eed));
+      await sink.write(new Uint8Array([4]));
+      await sink.close();
+    } finally {
+      await source.close();
+    }
+    const out = new Uint8Array(readFileSync(join(dir, "out.bin")));
+    const expected = Buffer.concat([Buffer.from([1, 2, 3]), data.subarray(3, 1003), data.subarray(10, 10 + 5 * 1024 * 1024), Buffer.from([4])]);
+    expect(Buffer.from(out).equals(expected)).toBe(true);
+    expect(sink.kernelCopied).toBe(1000 + 5 * 1024 * 1024);
+  });
+
+  it("declines a source that is not a local file, and names the file where the source ended early", async () => {
+    const input = join(dir, "in.bin");
+    writeFileSync(input, pattern(3 * 1024 * 1024));
+    const source = await openFileSource(input);
+    const sink = await fileSink(join(dir, "out.bin"));
+    try {
+      expect(sink.copyFromCrc32(bytesSource(pattern(10)), 0, 10, 0)).toBeUndefined();
+      truncateSync(input, 1024 * 1024 + 10);
+      const error = await sink.copyFromCrc32(source, 0, 3 * 1024 * 1024, 0)!.catch((e: unknown) => e);
+      expect(isStConvertError(error) && [error.code, error.file]).toEqual(["UnexpectedEof", input]);
+    } finally {
+      await sink.abort();
+      await source.close();
+    }
+  });
+});
+
 withNative("crc32FileRange (the native CRC of a file range)", () => {
   it("is the CRC of the range, continuing from the previous value, for a file source of at least CRC_RANGE_FROM bytes", async () => {
     const input = join(dir, "in.bin");
@@ -239,6 +280,60 @@ describe("pipeTensor with an extent", () => {
       },
     }));
     await expect(pipeTensor(stopped, new CopyingSink(true))).rejects.toThrow(/aborted/);
+  });
+
+  /** A sink that also takes the CRC as it copies (or declines that, for `copyFrom` and the check instead). */
+  class CrcCopyingSink extends CopyingSink {
+    readonly crcPieces: [number, number, number][] = [];
+    constructor(private readonly fold: boolean) {
+      super(true);
+    }
+    copyFromCrc32(source: { read(o: number, l: number): Promise<Uint8Array> }, offset: number, length: number, previous: number): Promise<number> | undefined {
+      if (!this.fold) return undefined;
+      this.crcPieces.push([offset, length, previous]);
+      return source.read(offset, length).then(async (bytes) => {
+        await this.write(bytes);
+        return zlibCrc32(bytes, previous);
+      });
+    }
+  }
+
+  it("folds the check into a sink's copy that takes the CRC: from the extent's initial CRC, judged by its finish, with no check pass", async () => {
+    const bytes = pattern(KERNEL_COPY_FROM + 9);
+    let checked = 0;
+    const finished: number[] = [];
+    const told: number[] = [];
+    const tensor = tensorWithExtent(bytes, (inner) => ({
+      ...inner,
+      check: async () => void checked++,
+      crc32: { initial: async () => 0xabc, finish: async (crc) => void finished.push(crc) },
+      copied: (n) => told.push(n),
+    }));
+    const sink = new CrcCopyingSink(true);
+    await pipeTensor(tensor, sink);
+    expect(sink.crcPieces).toEqual([[3, KERNEL_COPY_FROM + 9, 0xabc]]);
+    expect(sink.pieces).toEqual([]);
+    expect(finished).toEqual([zlibCrc32(bytes, 0xabc)]);
+    expect(checked).toBe(0);
+    expect(told).toEqual([KERNEL_COPY_FROM + 9]);
+    expect(Buffer.from(sink.bytes()).equals(bytes)).toBe(true);
+    // A finish that refuses the CRC fails the copy, naming the tensor.
+    const bad = tensorWithExtent(bytes, (inner) => ({
+      ...inner,
+      check: async () => {},
+      crc32: { initial: async () => 0, finish: async () => Promise.reject(new StConvertError("BadCrc", 'Bad CRC-32 for member "x"')) },
+    }));
+    const error = await pipeTensor(bad, new CrcCopyingSink(true)).catch((e: unknown) => e);
+    expect(isStConvertError(error) && [error.code, error.tensor]).toEqual(["BadCrc", "w"]);
+    // A sink that declines the fold copies with the check alongside, as before.
+    const declined = tensorWithExtent(bytes, (inner) => ({
+      ...inner,
+      check: async () => void checked++,
+      crc32: { initial: async () => 0, finish: async () => Promise.reject(new Error("not called")) },
+    }));
+    const plain = new CrcCopyingSink(false);
+    await pipeTensor(declined, plain);
+    expect([plain.crcPieces, plain.pieces, checked]).toEqual([[], [[3, KERNEL_COPY_FROM + 9]], 1]);
   });
 
   it("pipes the chunks when the sink declines, and for a tensor below KERNEL_COPY_FROM", async () => {

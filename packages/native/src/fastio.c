@@ -10,6 +10,12 @@
  *     write but the first starting on a page of the output (see copy_buffered). Resolves to the bytes copied (fewer only when the input ended);
  *     rejects with an Error carrying `errno` and `copied` (what was copied before the failure).
  *
+ *   copyRangeCrc32(inFd, inOffset, outFd, outOffset, length, previous) -> Promise<number>
+ *     copyRange through the buffers (wherever the offsets lie), taking the CRC-32 of the bytes as
+ *     they are read, continued from `previous`: one read of the bytes for the copy and a check
+ *     (a stored zip member's) or a record (a zip writer's), where copyRange beside crc32Range reads
+ *     them twice. Resolves to the CRC; rejects as crc32Range does (an input that ends early: errno 0).
+ *
  *   crc32Range(fd, offset, length, previous) -> Promise<number>
  *     The CRC-32 of `length` bytes of a file from `offset`, continuing from `previous`, read on the
  *     thread pool through a buffer of CRC_READ bytes (small enough to stay in the CPU's cache, so a
@@ -218,6 +224,8 @@ typedef struct {
   int in_fd, out_fd;
   int64_t in_offset, out_offset, length, copied;
   int error;
+  int with_crc; /* copyRangeCrc32: the CRC-32 of the bytes read, continued from `crc` */
+  uint32_t crc;
 } copy_job;
 
 #define PAGE 4096
@@ -289,7 +297,7 @@ typedef struct {
 
 static void* copy_reader(void* data) {
   copy_ring* ring = data;
-  const copy_job* job = ring->job;
+  copy_job* job = ring->job;
   size_t want = ring->first != 0 ? ring->first : COPY_BUFFER;
   int error = 0;
   for (int64_t at = 0, k = 0; at < job->length; k = (k + 1) % COPY_RING) {
@@ -304,6 +312,8 @@ static void* copy_reader(void* data) {
       error = (int)-got; /* 0: the input ended */
       break;
     }
+    /* Folded here, on the reading thread, while the buffer is still in the CPU's cache. */
+    if (job->with_crc) job->crc = crc32_of(job->crc, ring->buffers[k], (size_t)got);
     at += got;
     want = COPY_BUFFER;
     pthread_mutex_lock(&ring->lock);
@@ -354,6 +364,7 @@ static int copy_buffered(copy_job* job, int64_t out_at) {
       if ((int64_t)want > left) want = (size_t)left;
       ssize_t got = copy_read(job, copy_buffers[0], want, job->copied);
       if (got <= 0) return (int)-got; /* 0: the input ended */
+      if (job->with_crc) job->crc = crc32_of(job->crc, copy_buffers[0], (size_t)got);
       int error = copy_write(job, copy_buffers[0], (size_t)got);
       if (error != 0) return error;
     }
@@ -385,6 +396,12 @@ static int copy_buffered(copy_job* job, int64_t out_at) {
 static void copy_run(napi_env env, void* data) {
   (void)env;
   copy_job* job = data;
+  if (job->with_crc) {
+    /* The bytes pass through the process anyway: wherever the offsets lie, the CRC is taken as they pass. */
+    int64_t out_at = job->out_offset >= 0 ? job->out_offset : (int64_t)lseek(job->out_fd, 0, SEEK_CUR);
+    job->error = copy_buffered(job, out_at >= 0 ? out_at : 0);
+    return;
+  }
   if (job->length >= COPY_BUFFERED_MIN) {
     /* Where the output is written: its offset, or its file position (none for a pipe: -1). */
     int64_t out_at = job->out_offset >= 0 ? job->out_offset : (int64_t)lseek(job->out_fd, 0, SEEK_CUR);
@@ -412,6 +429,15 @@ static void copy_done(napi_env env, napi_status status, void* data) {
   copy_job* job = data;
   if (status != napi_ok || job->error != 0) {
     reject_with(env, job->head.deferred, status != napi_ok ? "copy cancelled" : strerror(job->error), job->error, job->copied);
+  } else if (job->with_crc) {
+    /* A CRC of fewer bytes than asked for checks nothing: an input that ended early rejects (errno 0). */
+    if (job->copied < job->length) {
+      reject_with(env, job->head.deferred, "the file ended", 0, job->copied);
+    } else {
+      napi_value crc;
+      napi_create_uint32(env, job->crc, &crc);
+      napi_resolve_deferred(env, job->head.deferred, crc);
+    }
   } else {
     napi_value copied;
     napi_create_double(env, (double)job->copied, &copied);
@@ -510,23 +536,49 @@ static napi_value crc32_range_js(napi_env env, napi_callback_info info) {
   return queue_job(env, "st-convert.crc32Range", crc_run, crc_done, job, "crc32Range: cannot queue the CRC");
 }
 
-static napi_value copy_range_js(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value argv[5];
-  double in_fd, in_offset, out_fd, out_offset, length;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 5 || !get_double(env, argv[0], &in_fd) ||
+/*
+ * The job of copyRange (five arguments) or copyRangeCrc32 (six, the last the CRC to continue
+ * from), or NULL having thrown a TypeError (or an Error when out of memory).
+ */
+static copy_job* copy_job_of(napi_env env, napi_callback_info info, int with_crc, const char* usage) {
+  size_t argc = 6;
+  napi_value argv[6];
+  double in_fd, in_offset, out_fd, out_offset, length, previous = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < (size_t)(5 + with_crc) || !get_double(env, argv[0], &in_fd) ||
       !get_double(env, argv[1], &in_offset) || !get_double(env, argv[2], &out_fd) || !get_double(env, argv[3], &out_offset) ||
-      !get_double(env, argv[4], &length) || !whole(in_fd, 0) || !whole(out_fd, 0) || in_fd > 2147483647.0 ||
-      out_fd > 2147483647.0 || !whole(in_offset, 0) || !whole(out_offset, -1) || !whole(length, 0))
-    return fail(env, "copyRange(inFd, inOffset, outFd, outOffset, length): whole numbers, outOffset -1 for the file position");
+      !get_double(env, argv[4], &length) || (with_crc && !get_double(env, argv[5], &previous)) || !whole(in_fd, 0) || !whole(out_fd, 0) ||
+      in_fd > 2147483647.0 || out_fd > 2147483647.0 || !whole(in_offset, 0) || !whole(out_offset, -1) || !whole(length, 0) ||
+      !whole(previous, 0) || previous > 4294967295.0) {
+    fail(env, usage);
+    return NULL;
+  }
   copy_job* job = calloc(1, sizeof *job);
-  if (job == NULL) return fail(env, "copyRange: out of memory");
+  if (job == NULL) {
+    fail(env, "copyRange: out of memory");
+    return NULL;
+  }
   job->in_fd = (int)in_fd;
   job->out_fd = (int)out_fd;
   job->in_offset = (int64_t)in_offset;
   job->out_offset = (int64_t)out_offset;
   job->length = (int64_t)length;
+  job->with_crc = with_crc;
+  job->crc = (uint32_t)previous;
+  return job;
+}
+
+static napi_value copy_range_js(napi_env env, napi_callback_info info) {
+  copy_job* job = copy_job_of(env, info, 0, "copyRange(inFd, inOffset, outFd, outOffset, length): whole numbers, outOffset -1 for the file position");
+  if (job == NULL) return NULL;
   return queue_job(env, "st-convert.copyRange", copy_run, copy_done, job, "copyRange: cannot queue the copy");
+}
+
+static napi_value copy_range_crc32_js(napi_env env, napi_callback_info info) {
+  copy_job* job = copy_job_of(env, info, 1,
+                              "copyRangeCrc32(inFd, inOffset, outFd, outOffset, length, previous): whole numbers, outOffset -1 for the file "
+                              "position, previous a uint32");
+  if (job == NULL) return NULL;
+  return queue_job(env, "st-convert.copyRangeCrc32", copy_run, copy_done, job, "copyRangeCrc32: cannot queue the copy");
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -546,6 +598,8 @@ NAPI_MODULE_INIT() {
   napi_value fn, flag;
   napi_create_function(env, "copyRange", NAPI_AUTO_LENGTH, copy_range_js, NULL, &fn);
   napi_set_named_property(env, exports, "copyRange", fn);
+  napi_create_function(env, "copyRangeCrc32", NAPI_AUTO_LENGTH, copy_range_crc32_js, NULL, &fn);
+  napi_set_named_property(env, exports, "copyRangeCrc32", fn);
   napi_create_function(env, "crc32Range", NAPI_AUTO_LENGTH, crc32_range_js, NULL, &fn);
   napi_set_named_property(env, exports, "crc32Range", fn);
   napi_create_function(env, "crc32", NAPI_AUTO_LENGTH, crc32_js, NULL, &fn);

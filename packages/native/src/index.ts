@@ -16,6 +16,14 @@ export interface NativeIo {
    * before it (`EXDEV`, `EINVAL`, `EOPNOTSUPP`: this pair of files cannot be copied so; copy through memory).
    */
   copyRange(inFd: number, inOffset: number, outFd: number, outOffset: number, length: number): Promise<number>;
+  /**
+   * `copyRange` through the process's buffers (wherever the offsets lie), taking the CRC-32 of the
+   * bytes as they are read, continued from `previous`: one read serves the copy and a check (or a
+   * zip writer's record) that `copyRange` beside `crc32Range` would read twice. Ranges of 4 MiB or
+   * more read ahead on a thread of their own, the CRC folded there. Resolves to the CRC; rejects as
+   * `copyRange` does, and with `errno` 0 (and `copied`) when the input ends early.
+   */
+  copyRangeCrc32(inFd: number, inOffset: number, outFd: number, outOffset: number, length: number, previous: number): Promise<number>;
   /** CRC-32 (ISO-HDLC, as zip uses it) of `bytes`, continuing from `previous` (default 0). */
   crc32(bytes: Uint8Array, previous?: number): number;
   /**

@@ -220,6 +220,64 @@ maybe("copyRange", () => {
     expect(Buffer.from(readAll(shortPath).subarray(1)).equals(data.subarray(data.byteLength - 4.5 * MiB))).toBe(true);
   });
 
+  it("copyRangeCrc32: the same bytes as copyRange and zlib's CRC-32 of them, wherever the offsets lie; the input's end and failures as crc32Range's", async () => {
+    const MiB = 1024 * 1024;
+    const cases: [inOffset: number, outOffset: number, length: number][] = [
+      [4096, 0, 100], // placed alike, short: still through the buffers, for the CRC
+      [1000, 7, MiB + 3], // one thread, several buffers
+      [9, 9 + 4096, 4 * MiB + 5], // placed alike, read ahead
+      [128, 4096 + 80, data.byteLength - 128], // read ahead, to the input's end
+      [0, 0, 0],
+    ];
+    for (const [inOffset, outOffset, length] of cases) {
+      for (const positioned of [false, true]) {
+        const outPath = join(dir, `crc-${inOffset}-${outOffset}-${positioned}`);
+        const outFd = openSync(outPath, "w");
+        try {
+          if (positioned) writeSync(outFd, new Uint8Array(outOffset).fill(0xee));
+          const crc = await native!.copyRangeCrc32(inFd(), inOffset, outFd, positioned ? -1 : outOffset, length, 0x1234);
+          expect(crc).toBe(zlibCrc32(data.subarray(inOffset, inOffset + length), 0x1234));
+        } finally {
+          closeSync(outFd);
+        }
+        const out = readAll(outPath);
+        expect(out.byteLength).toBe(length === 0 ? (positioned ? outOffset : 0) : outOffset + length);
+        expect(Buffer.from(out.subarray(outOffset)).equals(data.subarray(inOffset, inOffset + length))).toBe(true);
+      }
+    }
+    // A CRC of fewer bytes than asked for checks nothing: the input's end rejects, errno 0.
+    for (const length of [2 * MiB, 8 * MiB]) {
+      const outFd = openSync(join(dir, "crc-short"), "w");
+      try {
+        const start = data.byteLength - MiB - 5;
+        const ended = (await native!.copyRangeCrc32(inFd(), start, outFd, 1, length, 0).catch((error: unknown) => error)) as CopyRangeError;
+        expect([ended.errno, ended.copied]).toEqual([0, MiB + 5]);
+      } finally {
+        closeSync(outFd);
+      }
+    }
+    const unreadable = openSync(join(dir, "crc-wo"), "w");
+    const writable = openSync(join(dir, "crc-w"), "w");
+    const readOnly = openSync(input, "r");
+    try {
+      for (const length of [2 * MiB, 8 * MiB]) {
+        const badRead = (await native!.copyRangeCrc32(unreadable, 5, writable, 0, length, 0).catch((error: unknown) => error)) as CopyRangeError;
+        expect([badRead.errno, badRead.copied]).toEqual([constants.errno.EBADF, 0]);
+        const badWrite = (await native!
+          .copyRangeCrc32(inFd(), 5, readOnly, 0, Math.min(length, data.byteLength - 5), 0)
+          .catch((error: unknown) => error)) as CopyRangeError;
+        expect([badWrite.errno, badWrite.copied]).toEqual([constants.errno.EBADF, 0]);
+      }
+    } finally {
+      closeSync(unreadable);
+      closeSync(writable);
+      closeSync(readOnly);
+    }
+    expect(readAll(join(dir, "crc-w")).byteLength).toBe(0);
+    expect(() => native!.copyRangeCrc32(inFd(), 0, 1, 0, 1, 2 ** 32)).toThrow(TypeError);
+    expect(() => native!.copyRangeCrc32(inFd(), 0, 1, 0, 1, -1)).toThrow(TypeError);
+  });
+
   it("refuses arguments that are not whole numbers in range", () => {
     expect(() => native!.copyRange(0, -1, 1, 0, 1)).toThrow(TypeError);
     expect(() => native!.copyRange(0, 0, 1, -2, 1)).toThrow(TypeError);

@@ -634,8 +634,23 @@ function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Pay
     },
     extent(offset, length) {
       checkRangeOf(member, offset, length);
-      // The check reads the member on its own, while the copy runs (as chunks() would check it).
-      return { source, offset: member.dataOffset + offset, check: () => this.verify() };
+      // The check reads the member on its own, while the copy runs (as chunks() would check it);
+      // a copy that takes the CRC as it goes needs only the member's bytes before the extent (an
+      // npy header) when the extent runs to the member's end.
+      const toEnd = offset + length === member.size;
+      return {
+        source,
+        offset: member.dataOffset + offset,
+        check: () => this.verify(),
+        crc32: toEnd
+          ? {
+              initial: () => crcOf(0, offset, 0),
+              async finish(crc) {
+                if (crc !== member.crc32) throw crcError(member, crc);
+              },
+            }
+          : undefined,
+      };
     },
   };
 }

@@ -53,6 +53,17 @@ export function crcCounted(tensor: TensorEntry, codec: Codec, initial = 0): CrcC
         crc = await rangeCrc32(extent.source, extent.offset, length, initial, codec);
         await checking;
       },
+      // A copy that takes the CRC as it goes gives this one at once, where the extent's own check
+      // (which would want the same bytes' CRC from another start) does not need them too.
+      crc32:
+        own === undefined
+          ? {
+              initial: async () => initial,
+              async finish(value) {
+                crc = value;
+              },
+            }
+          : undefined,
     };
   }
   return { entry, crc: () => crc };

@@ -12,6 +12,7 @@ import {
   type ByteSource,
   DEFAULT_CHUNK_SIZE,
   type ChunkOptions,
+  type ExtentCrc32,
   type Metadata,
   StConvertError,
   type TensorEntry,
@@ -267,6 +268,14 @@ function crcError(member: ZipMember, actual: number): StConvertError {
 function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): StorageBytes {
   let verified: Promise<void> | undefined = member.crc32 === 0 ? Promise.resolve() : undefined;
   let checked = member.crc32 === 0;
+  const wholeMember: ExtentCrc32 = {
+    initial: async () => 0,
+    async finish(crc) {
+      if (crc !== member.crc32) throw crcError(member, crc);
+      checked = true;
+      verified ??= Promise.resolve();
+    },
+  };
   const verify = (): Promise<void> => {
     verified ??= (async () => {
       const crc = (await crc32FileRange(source, member.dataOffset, member.size, 0)) ?? (await crcOfStream(source, member, codec));
@@ -295,8 +304,13 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
     },
     readInto: source.readIntoSync === undefined ? undefined : (offset, target) => source.readIntoSync!(member.dataOffset + offset, target),
     ready: verify,
-    // The CRC-32 pass runs while the copy does, once per member however many tensors share it.
-    extent: (offset) => ({ source, offset: member.dataOffset + offset, check: checked ? undefined : verify }),
+    // The CRC-32 pass runs while the copy does, once per member however many tensors share it; a
+    // copy of the whole member that takes the CRC as it goes checks it with no pass of its own.
+    extent: (offset, length) => {
+      const at = member.dataOffset + offset;
+      if (checked) return { source, offset: at };
+      return { source, offset: at, check: verify, crc32: offset === 0 && length === member.size ? wholeMember : undefined };
+    },
   };
 }
 
