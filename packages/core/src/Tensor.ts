@@ -275,27 +275,35 @@ export async function pipeTensor(tensor: TensorEntry, sink: ByteSink, chunkSize 
 }
 
 /**
- * Copies a tensor by its extent, in pieces of {@link KERNEL_COPY_STEP}, its check (if any) running
- * alongside. False, with nothing written, when the sink cannot copy from this source.
+ * Copies a tensor by its extent, in pieces of {@link KERNEL_COPY_STEP}: with its check folded into
+ * the copy where the extent gives it as a CRC-32 and the sink takes one ({@link ByteSink.copyFromCrc32}),
+ * else with its check (if any) running alongside. False, with nothing written, when the sink
+ * cannot copy from this source.
  * @throws StConvertError what the copy, the check or `extent.copied` throw, naming the tensor.
  */
 async function copyExtent(tensor: TensorEntry, extent: TensorExtent, sink: ByteSink): Promise<boolean> {
   let checking: Promise<void> | undefined;
   try {
     checkDeclaredLength(tensor);
-    if (extent.crc32 !== undefined && sink.copyFromCrc32 !== undefined) {
-      const folded = await copyExtentCrc32(tensor, extent, extent.crc32, sink);
-      if (folded) return true;
-    }
+    let fold = sink.copyFromCrc32 === undefined ? undefined : extent.crc32;
+    let crc = fold === undefined ? 0 : await fold.initial();
     for (let at = 0; at < tensor.byteLength; ) {
       const step = Math.min(KERNEL_COPY_STEP, tensor.byteLength - at);
-      const copying = sink.copyFrom!(extent.source, extent.offset + at, step);
+      let copying: Promise<unknown> | undefined;
+      if (fold !== undefined) {
+        copying = sink.copyFromCrc32!(extent.source, extent.offset + at, step, crc)?.then((value) => {
+          crc = value;
+        });
+        // Declined before the first piece: the check runs alongside instead.
+        if (copying === undefined && at === 0) fold = undefined;
+      }
+      if (fold === undefined) copying = sink.copyFrom!(extent.source, extent.offset + at, step);
       if (copying === undefined) {
         // Only ever before the first piece: a sink that took one takes the rest.
         if (at === 0) return false;
         throw new StConvertError("Io", "the output stopped taking copies halfway through a tensor", { file: sink.name });
       }
-      if (at === 0 && extent.check !== undefined) {
+      if (at === 0 && fold === undefined && extent.check !== undefined) {
         checking = extent.check();
         // Marked handled now: a failure is reported by the await below.
         checking.catch(() => {});
@@ -304,34 +312,13 @@ async function copyExtent(tensor: TensorEntry, extent: TensorExtent, sink: ByteS
       at += step;
       extent.copied?.(at);
     }
+    await fold?.finish(crc);
     await checking;
     return true;
   } catch (error) {
     await checking?.catch(() => {});
     throw withContext(error, { tensor: tensor.name });
   }
-}
-
-/**
- * {@link copyExtent} with the check folded into the copy: the sink takes the CRC-32 of the bytes as
- * it copies them, and the extent's `crc32.finish` judges it. False, with nothing written, when the
- * sink cannot (the caller then copies with the check alongside).
- */
-async function copyExtentCrc32(tensor: TensorEntry, extent: TensorExtent, check: ExtentCrc32, sink: ByteSink): Promise<boolean> {
-  let crc = await check.initial();
-  for (let at = 0; at < tensor.byteLength; ) {
-    const step = Math.min(KERNEL_COPY_STEP, tensor.byteLength - at);
-    const copying = sink.copyFromCrc32!(extent.source, extent.offset + at, step, crc);
-    if (copying === undefined) {
-      if (at === 0) return false;
-      throw new StConvertError("Io", "the output stopped taking copies halfway through a tensor", { file: sink.name });
-    }
-    crc = await copying;
-    at += step;
-    extent.copied?.(at);
-  }
-  await check.finish(crc);
-  return true;
 }
 
 /**

@@ -396,17 +396,12 @@ static int copy_buffered(copy_job* job, int64_t out_at) {
 static void copy_run(napi_env env, void* data) {
   (void)env;
   copy_job* job = data;
-  if (job->with_crc) {
-    /* The bytes pass through the process anyway: wherever the offsets lie, the CRC is taken as they pass. */
-    int64_t out_at = job->out_offset >= 0 ? job->out_offset : (int64_t)lseek(job->out_fd, 0, SEEK_CUR);
-    job->error = copy_buffered(job, out_at >= 0 ? out_at : 0);
-    return;
-  }
-  if (job->length >= COPY_BUFFERED_MIN) {
+  if (job->with_crc || job->length >= COPY_BUFFERED_MIN) {
     /* Where the output is written: its offset, or its file position (none for a pipe: -1). */
     int64_t out_at = job->out_offset >= 0 ? job->out_offset : (int64_t)lseek(job->out_fd, 0, SEEK_CUR);
-    if (out_at >= 0 && job->in_offset % PAGE != out_at % PAGE) {
-      job->error = copy_buffered(job, out_at);
+    /* With the CRC the bytes pass through the process anyway, wherever the offsets lie. */
+    if (job->with_crc || (out_at >= 0 && job->in_offset % PAGE != out_at % PAGE)) {
+      job->error = copy_buffered(job, out_at >= 0 ? out_at : 0);
       return;
     }
   }
