@@ -45,7 +45,8 @@ describe("--cast", () => {
     const npz = join(dir, "plain.npz");
     const run = runCli([bf16, npz, "--cast", "BF16=F32"]);
     expect(run.status, run.stderr).toBe(0);
-    expect(run.stderr).not.toMatch(/V2/);
+    // The temporary folder's random name may hold "V2" itself: only what the command says is judged.
+    expect(run.stderr.replaceAll(dir, "<dir>")).not.toMatch(/V2|void/);
     expect(info(npz).tensors.filter((t) => t.dtype === "BF16")).toEqual([]);
   });
 
