@@ -342,7 +342,8 @@ withNative("the reader and writer with and without the native loops", () => {
 function plainRuns(seed: number, count: number, malformed = true): Uint8Array {
   const random = pseudoRandomBytes(seed, 8 * count);
   const valid = ["1.5e3", "-2E-7", "-0", "-0.0", "1234567890123456", "0.1234567890123456", "12345678901234567.5", "7", "-7"];
-  const odd = malformed ? [...valid, "01.5", "1.", "-", "0.", "00"] : valid;
+  // Each malformed one breaks one rule the count's 64-byte windows check at once (native count_window).
+  const odd = malformed ? [...valid, "01.5", "1.", "-", "0.", "00", "1.2.3", "0.5.", ".5", "-.5", "1-2", "--1", "1 2", "+1"] : valid;
   let text = "[";
   for (let i = 0; i < count; i++) {
     const r = (k: number) => random[8 * i + k]!;

@@ -646,18 +646,87 @@ done:
   return resume;
 }
 
+/* Bit i set where p[i] equals c, for the 64 bytes at p. */
+__attribute__((target("sse4.1"))) static inline uint64_t byte_mask(const __m128i* v, __m128i c) {
+  uint64_t mask = 0;
+  for (int i = 0; i < 4; i++) mask |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v[i], c)) << (16 * i);
+  return mask;
+}
+
+/*
+ * The numbers a window of 64 bytes starting at a comma holds whole, judged all at once from the
+ * bit masks of its bytes: the numbers between that comma and the window's last one, when every
+ * one of them is a number number_block would take, each of a kind in `kinds` (a sign at all
+ * counts as negative, here). Returns the last comma's position in the window, *tokens the numbers
+ * before it; 0 when the window holds no whole number or any of them is not of that form, and
+ * number_block's loop, number by number, then decides. What it checks, on the bytes strictly
+ * between the first comma and the last (R):
+ *   only digits, commas, spaces, signs and points; a space only just after a comma; a sign only
+ *   where a number starts (after a comma, or its space); a digit first (S: after the space and
+ *   the sign, up to and including the last comma, so that an empty number is seen); no 0 first
+ *   followed by a digit; a point between digits, and at most one in a number (the digits after a
+ *   point run up to a comma, never to another point); at most 15 digits and points in a row, so
+ *   that number_digits sees the whole number in its 16 bytes.
+ */
+__attribute__((target("sse4.1"))) static size_t count_window(const uint8_t* p, int64_t kinds, int64_t* tokens) {
+  __m128i v[4];
+  for (int i = 0; i < 4; i++) v[i] = _mm_loadu_si128((const __m128i*)(p + 16 * i));
+  uint64_t digit = 0;
+  for (int i = 0; i < 4; i++) {
+    __m128i d = _mm_sub_epi8(v[i], _mm_set1_epi8(0x30));
+    digit |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d)) << (16 * i);
+  }
+  uint64_t comma = byte_mask(v, _mm_set1_epi8(0x2c)), space = byte_mask(v, _mm_set1_epi8(0x20));
+  uint64_t minus = byte_mask(v, _mm_set1_epi8(0x2d)), point = byte_mask(v, _mm_set1_epi8(0x2e));
+  uint64_t zero = byte_mask(v, _mm_set1_epi8(0x30));
+  if ((comma & ~1ull) == 0) return 0;
+  int last = 63 - __builtin_clzll(comma);
+  uint64_t last_bit = 1ull << last;
+  uint64_t inside = (last_bit - 1) & ~1ull, through = inside | last_bit;
+  uint64_t bad = ~(digit | comma | space | minus | point) & inside;
+  bad |= space & ~(comma << 1) & inside;
+  uint64_t starts = ((comma << 1) & ~space) | (space << 1);
+  bad |= minus & ~starts & inside;
+  uint64_t first = (starts & ~minus) | (minus << 1);
+  bad |= first & ~digit & through;
+  bad |= ((first & zero) << 1) & digit & inside;
+  bad |= point & ~(digit << 1) & inside;
+  bad |= (point << 1) & ~digit & through;
+  uint64_t fraction_starts = (point << 1) & inside;
+  bad |= ((digit & inside) + fraction_starts) & ~digit & point;
+  uint64_t run = (digit | point) & inside;
+  run &= run >> 1;
+  run &= run >> 2;
+  run &= run >> 4;
+  run &= run >> 8;
+  bad |= run;
+  if (bad != 0) return 0;
+  int64_t count = __builtin_popcountll(comma & through);
+  int64_t floats = __builtin_popcountll(point & inside);
+  if ((!(kinds & LEAF_FLOAT) && floats != 0) || (!(kinds & LEAF_INTEGER) && floats != count) || (!(kinds & LEAF_NEGATIVE) && (minus & inside) != 0))
+    return 0;
+  *tokens = count;
+  return (size_t)last;
+}
+
 /* numberRun's block: `at` is a comma after a value. Returns the end of the last number counted
- * (at when none was), *count_io advanced past them. */
+ * (at when none was), *count_io advanced past them. Each window starts at a comma: count_window
+ * takes its numbers at once where it can, else they are taken one by one. */
 __attribute__((target("sse4.1"))) static size_t number_block(const uint8_t* buf, size_t n, size_t at, int64_t* count_io, int64_t dim,
                                                              int64_t kinds, int64_t max_length) {
   int64_t count = *count_io;
   size_t start = at + 1, resume = at;
-  /* The first window starts at the comma itself, the others just after one. */
-  uint64_t skip = 1;
   while (start + BLOCK_ROOM <= n && (dim == -1 || count < dim)) {
-    size_t window = start - skip;
-    uint64_t commas = comma_mask(buf + window) & ~skip;
-    skip = 0;
+    size_t window = start - 1;
+    int64_t tokens;
+    size_t last = max_length >= 16 ? count_window(buf + window, kinds, &tokens) : 0;
+    if (last != 0 && (dim == -1 || count + tokens <= dim)) {
+      count += tokens;
+      resume = window + last;
+      start = resume + 1;
+      continue;
+    }
+    uint64_t commas = comma_mask(buf + window) & ~1ull;
     if (commas == 0) break;
     do {
       size_t end = window + (size_t)__builtin_ctzll(commas);
