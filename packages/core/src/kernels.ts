@@ -36,6 +36,8 @@ export interface Kernels {
     state: Float64Array,
   ) => number;
   numberRun?: (buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number, state: Float64Array) => number;
+  /** The JSON writer's check that F32 values carry a tensor's exact bits (no NaN but the canonical one). */
+  float32Lossless?: (words: Uint32Array) => boolean;
   /** How many runs of the two reader loops went on two cores so far (the native module documents it). */
   readerSplits?: NativeIo["readerSplits"];
   /**

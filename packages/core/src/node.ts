@@ -53,6 +53,7 @@ if (native !== undefined) {
   kernels.formatFloat32sAsync = native.formatFloat32sAsync;
   kernels.storeFloat32Run = native.storeFloat32Run;
   kernels.numberRun = native.numberRun;
+  kernels.float32Lossless = native.float32Lossless;
   kernels.readerSplits = native.readerSplits;
   kernels.castFloats = native.castFloats;
 }

@@ -667,7 +667,14 @@ function formatPairs(words: Uint32Array, index: number, end: number, out: Uint8A
   return pos;
 }
 
-function float32Lossless(words: Uint32Array): boolean {
+/** Whether values carry these F32 words' exact bits: no NaN but the canonical one, which "NaN" reads back as. */
+export function float32Lossless(words: Uint32Array): boolean {
+  const native = kernels.float32Lossless;
+  return native !== undefined && words.length >= NATIVE_RUN_FROM ? native(words) : portableFloat32Lossless(words);
+}
+
+/** {@link float32Lossless} in JavaScript: the native module's `float32Lossless` is its twin. */
+export function portableFloat32Lossless(words: Uint32Array): boolean {
   for (let i = 0; i < words.length; i++) {
     const w = words[i]!;
     // A NaN (exponent all ones, mantissa non-zero) other than the canonical quiet NaN.

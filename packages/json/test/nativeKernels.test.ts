@@ -12,6 +12,7 @@ import {
   NATIVE_RUN_FROM,
   formatFloat32s,
   formattedUpTo,
+  portableFloat32Lossless,
   portableFormatFloat32s,
   portableStoreFloat32Run,
   storeFloat32Run,
@@ -31,7 +32,9 @@ async function portably<T>(body: () => Promise<T> | T): Promise<T> {
     formatFloat32sAsync: kernels.formatFloat32sAsync,
     storeFloat32Run: kernels.storeFloat32Run,
     numberRun: kernels.numberRun,
+    float32Lossless: kernels.float32Lossless,
   };
+  delete kernels.float32Lossless;
   delete kernels.formatFloat32s;
   delete kernels.formatFloat32sAsync;
   delete kernels.storeFloat32Run;
@@ -78,6 +81,28 @@ function formatAll(format: typeof formatFloat32s, words: Uint32Array, limit: num
 }
 
 withNative("the native F32 writer loop", () => {
+  it("finds a NaN other than the canonical one where the JavaScript check does, wherever it lies", () => {
+    const check = kernels.float32Lossless!;
+    const words = patterns(100_000).filter((w) => portableFloat32Lossless(Uint32Array.of(w)));
+    expect(words.length).toBeGreaterThan(100_000);
+    expect(words).toContain(0x7fc00000);
+    expect(check(words)).toBe(true);
+    // Every other NaN: sign, quiet or signalling, smallest and largest payloads.
+    const odd = [0xffc00000, 0x7f800001, 0xff800001, 0x7fffffff, 0xffffffff, 0x7fc00001, 0x7fa00000];
+    for (const nan of odd) {
+      // At the first word, inside the first piece of 4096, at a piece's edges, at the last word.
+      for (const at of [0, 17, 4095, 4096, 8191, words.length - 1]) {
+        const copy = words.slice();
+        copy[at] = nan;
+        expect([nan.toString(16), at, check(copy)]).toEqual([nan.toString(16), at, portableFloat32Lossless(copy)]);
+        expect(check(copy)).toBe(false);
+      }
+    }
+    expect(check(new Uint32Array(0))).toBe(true);
+    // Infinities are values ("Infinity"), not NaNs.
+    expect(check(Uint32Array.of(0x7f800000, 0xff800000, 0x7fc00000))).toBe(true);
+  });
+
   it("writes what the JavaScript loop writes, for every exponent field, the specials and a million random patterns", () => {
     const words = patterns(1_000_000);
     const native = formatAll(formatFloat32s, words, 64 * words.length, true);

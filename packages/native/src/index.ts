@@ -70,6 +70,8 @@ export interface NativeIo {
   storeFloat32Run(buf: Uint8Array, i: number, final: boolean, floats: Float32Array, base: number, leaf: number, endLeaf: number, state: Float64Array): number;
   /** The JSON scanner's run of numbers after a value, as its `numberRun`; `state[0]` is the count. */
   numberRun(buf: Uint8Array, i: number, count: number, dim: number, kinds: number, maxLength: number, state: Float64Array): number;
+  /** Whether no word of `words` (float32 bits) is a NaN other than 0x7fc00000, as the json package's `float32Lossless`. */
+  float32Lossless(words: Uint32Array): boolean;
   /**
    * How many calls of `storeFloat32Run` and `numberRun` so far ran on two cores (a stretch of 256 KiB
    * or more, split at a comma past its middle, the second half on the module's helper thread, the
