@@ -53,6 +53,8 @@ static const double EPS = 1e-6;
 #if defined(__x86_64__)
 /* Whether the reader's blocks may run (SSE4.1: every x86-64 of the last fifteen years). */
 static int has_sse41;
+/* Whether format_run decides four elements at a time (decide_batch_avx2). */
+static int has_avx2;
 #endif
 
 static void scales_initialize(void);
@@ -77,6 +79,7 @@ void json_initialize(void) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   has_sse41 = __builtin_cpu_supports("sse4.1");
+  has_avx2 = __builtin_cpu_supports("avx2");
 #endif
 }
 
@@ -331,6 +334,109 @@ static void decide(uint32_t bits, struct decision* d) {
   if (!shortest_fast(magnitude >> 23, magnitude & 0x7fffffu, &d->k, &d->e)) d->e = SPECIAL_HARD;
 }
 
+/* decide for count elements: decide's only caller, so that decide and shortest_fast stay inlined
+ * in this loop (not in each of decide_batch_avx2's calls). */
+__attribute__((noinline)) static void decide_run(const uint32_t* words, int64_t count, struct decision* out) {
+  for (int64_t j = 0; j < count; j++) decide(words[j], &out[j]);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stddef.h>
+
+/* A SCALES row as decide_batch_avx2 reads it: 5 doubles, e0 in the fifth. */
+_Static_assert(sizeof(struct scales) == 5 * sizeof(double) && offsetof(struct scales, e0) == 4 * sizeof(double), "SCALES row");
+
+/*
+ * decide for count elements, four at a time in AVX2 (no FMA: each multiply and add rounds as in
+ * shortest_fast): shortest_fast's quantities in the four lanes of a vector, the same operands,
+ * roundings and comparisons, so the same k and e. Lanes that decide treats specially (zero,
+ * infinity, NaN) or where shortest_fast is in doubt go to decide itself (decide_run), as does
+ * a tail of count % 4 elements. The scaled values stay below 2^51, so round_of's two additions
+ * round them and every integer-valued quantity (k1, kmin, kmax, k) is exact as a double; k
+ * (< 2^31) becomes an int32 at the end. Equal to decide on all 2^32 patterns, checked
+ * exhaustively when this was written (e everywhere, and k wherever decide sets it: for a special
+ * element it sets e only, and write_decided reads e only).
+ */
+__attribute__((target("avx2"))) static void decide_batch_avx2(const uint32_t* words, int64_t count, struct decision* out) {
+  const __m256d rounder = _mm256_set1_pd(6755399441055744.0);
+  const __m256d margin = _mm256_set1_pd(2 * EPS);
+  const __m256d half = _mm256_set1_pd(0.5);
+  const __m256d one = _mm256_set1_pd(1.0);
+  const __m256d ten = _mm256_set1_pd(10.0);
+  const __m256d no_sign = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
+  int64_t j = 0;
+  for (; j + 4 <= count; j += 4) {
+    __m128i m = _mm_and_si128(_mm_loadu_si128((const __m128i*)(words + j)), _mm_set1_epi32(0x7fffffff));
+    /* decide's special lanes: magnitude - 1 >= 0x7f7fffff (unsigned), i.e. 0 or above 0x7f7fffff. */
+    __m128i special = _mm_or_si128(_mm_cmpeq_epi32(m, _mm_setzero_si128()), _mm_cmpgt_epi32(m, _mm_set1_epi32(0x7f7fffff)));
+    /* SCALES[exp_field | (mant == 0) << 8], as offsets in doubles (a row is 40 bytes); each row's
+     * first 32 bytes (up, down, s0, s1) in one load, the four transposed. No gather: slow on many
+     * x86-64s (AMD before Zen 4, Intel's with the Downfall fix), and no faster here. */
+    __m128i mant_zero = _mm_cmpeq_epi32(_mm_and_si128(m, _mm_set1_epi32(0x7fffff)), _mm_setzero_si128());
+    __m128i row = _mm_or_si128(_mm_srli_epi32(m, 23), _mm_and_si128(mant_zero, _mm_set1_epi32(256)));
+    row = _mm_add_epi32(row, _mm_slli_epi32(row, 2));
+    int o0 = _mm_cvtsi128_si32(row), o1 = _mm_extract_epi32(row, 1), o2 = _mm_extract_epi32(row, 2), o3 = _mm_extract_epi32(row, 3);
+    const double* rows = &SCALES[0].up;
+    __m256d r0 = _mm256_loadu_pd(rows + o0), r1 = _mm256_loadu_pd(rows + o1);
+    __m256d r2 = _mm256_loadu_pd(rows + o2), r3 = _mm256_loadu_pd(rows + o3);
+    __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    __m256d up = _mm256_permute2f128_pd(t0, t2, 0x20), s0 = _mm256_permute2f128_pd(t0, t2, 0x31);
+    __m256d down = _mm256_permute2f128_pd(t1, t3, 0x20), s1 = _mm256_permute2f128_pd(t1, t3, 0x31);
+    const int* e0s = &SCALES[0].e0;
+    __m128i e0 = _mm_setr_epi32(e0s[2 * o0], e0s[2 * o1], e0s[2 * o2], e0s[2 * o3]);
+
+    __m256d x = _mm256_cvtps_pd(_mm_castsi128_ps(m));
+    __m256d hi = _mm256_add_pd(x, up), lo = _mm256_sub_pd(x, down);
+    /* The multiple of 10^(e0+1) below the interval's top, and whether it lies inside. */
+    __m256d thi1 = _mm256_mul_pd(hi, s1), tlo1 = _mm256_mul_pd(lo, s1);
+    __m256d r = _mm256_sub_pd(_mm256_add_pd(thi1, rounder), rounder);
+    __m256d k1 = _mm256_sub_pd(r, _mm256_and_pd(_mm256_cmp_pd(r, thi1, _CMP_GT_OQ), one));
+    __m256d doubt = _mm256_cmp_pd(_mm256_and_pd(_mm256_sub_pd(thi1, r), no_sign), margin, _CMP_LT_OQ);
+    doubt = _mm256_or_pd(doubt, _mm256_cmp_pd(_mm256_and_pd(_mm256_sub_pd(k1, tlo1), no_sign), margin, _CMP_LT_OQ));
+    __m256d inside = _mm256_and_pd(_mm256_cmp_pd(k1, one, _CMP_GE_OQ), _mm256_cmp_pd(k1, tlo1, _CMP_GT_OQ));
+    /* The multiple of 10^e0 nearest to x, kept within the interval. */
+    __m256d thi = _mm256_mul_pd(hi, s0), tlo = _mm256_mul_pd(lo, s0), tx = _mm256_mul_pd(x, s0);
+    __m256d rlo = _mm256_sub_pd(_mm256_add_pd(tlo, rounder), rounder);
+    __m256d rhi = _mm256_sub_pd(_mm256_add_pd(thi, rounder), rounder);
+    __m256d rx = _mm256_sub_pd(_mm256_add_pd(tx, rounder), rounder);
+    doubt = _mm256_or_pd(doubt, _mm256_cmp_pd(_mm256_and_pd(_mm256_sub_pd(tlo, rlo), no_sign), margin, _CMP_LT_OQ));
+    doubt = _mm256_or_pd(doubt, _mm256_cmp_pd(_mm256_and_pd(_mm256_sub_pd(thi, rhi), no_sign), margin, _CMP_LT_OQ));
+    __m256d tie = _mm256_sub_pd(_mm256_and_pd(_mm256_sub_pd(tx, rx), no_sign), half);
+    doubt = _mm256_or_pd(doubt, _mm256_cmp_pd(_mm256_and_pd(tie, no_sign), margin, _CMP_LT_OQ));
+    __m256d kmin = _mm256_add_pd(rlo, _mm256_and_pd(_mm256_cmp_pd(rlo, tlo, _CMP_LT_OQ), one));
+    __m256d kmax = _mm256_sub_pd(rhi, _mm256_and_pd(_mm256_cmp_pd(rhi, thi, _CMP_GT_OQ), one));
+    doubt = _mm256_or_pd(doubt, _mm256_cmp_pd(kmin, kmax, _CMP_GT_OQ));
+    __m256d k = _mm256_min_pd(_mm256_max_pd(rx, kmin), kmax);
+    k = _mm256_blendv_pd(k, _mm256_mul_pd(k1, ten), inside);
+    __m128i kk = _mm256_cvtpd_epi32(k);
+    /* Interleaved as struct decision {k, e}: two elements per 16 bytes. */
+    _mm_storeu_si128((__m128i*)(out + j), _mm_unpacklo_epi32(kk, e0));
+    _mm_storeu_si128((__m128i*)(out + j + 2), _mm_unpackhi_epi32(kk, e0));
+    unsigned redo = (unsigned)_mm256_movemask_pd(doubt) | (unsigned)_mm_movemask_ps(_mm_castsi128_ps(special));
+    while (__builtin_expect(redo != 0, 0)) {
+      int l = __builtin_ctz(redo);
+      redo &= redo - 1;
+      decide_run(words + j + l, 1, out + j + l);
+    }
+  }
+  decide_run(words + j, count - j, out + j);
+}
+#endif
+
+/* format_run's decisions for a batch: four at a time where the CPU has AVX2, else one by one. */
+static void decide_batch(const uint32_t* words, int64_t count, struct decision* out) {
+#if defined(__x86_64__)
+  if (has_avx2) {
+    decide_batch_avx2(words, count, out);
+    return;
+  }
+#endif
+  decide_run(words, count, out);
+}
+/* ---- end of paste ---- */
+
 /* writeFloat32 of valueCodecs for a decided element; (size_t)-1 when it needs the exact route. */
 static size_t write_decided(uint8_t* out, size_t pos, uint32_t bits, const struct decision* d) {
   if (__builtin_expect(d->e > SPECIAL, 1)) return write_decimal(out, pos, (int)(bits >> 31), (uint32_t)d->k, d->e);
@@ -397,7 +503,7 @@ static size_t format_run(const uint32_t* words, int64_t index, int64_t end, uint
   struct decision batch[256];
   while (index < end && (int64_t)at <= limit) {
     int64_t count = end - index < 256 ? end - index : 256;
-    for (int64_t j = 0; j < count; j++) decide(words[index + j], &batch[j]);
+    decide_batch(words + index, count, batch);
     for (int64_t j = 0; j < count; j++, index++) {
       if ((int64_t)at > limit || at + ELEMENT_ROOM > out_length) goto stop;
       if (index == 0 && first) {
