@@ -549,13 +549,17 @@ function report(rows, big, many) {
       "",
       `## Peak memory on big inputs (\`--big\`; flax at most ${fmt(mib(FLAX_BIG) / 1024, 0)} GiB)`,
       "",
-      "One untimed `cp`, then one run each, st-convert then `cp`, each after a `sync`: the figure that matters is peak RSS. Past a few GiB the output no longer fits the page cache's dirty limit (20 % of memory here), so the times mostly measure the disk's writeback, which varies more than the copies do.",
+      "One untimed `cp`, then one run each, st-convert then `cp`, each after a `sync`, in each state the run was given (`--state`; made once for the whole section): the figure that matters is peak RSS. Past a few GiB the output no longer fits the page cache's dirty limit (20 % of memory here), so the times mostly measure the disk's writeback, which varies more than the copies do; one run each, so a ratio is one draw, not a median.",
       "",
-      "| path | input | st-convert time | peak RSS | cp time |",
-      "|---|---|---|---|---|",
+      "| path | state | input | st-convert time | peak RSS | cp time | ratio | target ≤ 1.3× | date |",
+      "|---|---|---|---|---|---|---|---|---|",
     );
-    for (const r of big)
-      lines.push(`| ${r.name} | ${fmt(mib(r.inputBytes) / 1024, 2)} GiB | ${fmt(r.ours.seconds)} s | ${fmt(r.ours.rssMiB, 0)} MiB | ${fmt(r.cp.seconds)} s |`);
+    for (const r of big) {
+      const ratio = r.ours.seconds / r.cp.seconds;
+      lines.push(
+        `| ${r.name} | ${r.state ?? "fresh"} | ${fmt(mib(r.inputBytes) / 1024, 2)} GiB | ${fmt(r.ours.seconds)} s | ${fmt(r.ours.rssMiB, 0)} MiB | ${fmt(r.cp.seconds)} s | ${fmt(ratio)} | ${ratio <= 1.3 ? "yes" : "**no**"} | ${r.date}${r.machine ? `, ${r.machine}` : ""} |`,
+      );
+    }
   }
   lines.push(...manyReport(many));
   lines.push(
@@ -867,6 +871,11 @@ function leaveState() {
 
 // ---- stored figures ------------------------------------------------------------------------
 
+/** Where the big-input section keeps a row of a state in bench/results.json. */
+function bigKey(state, name) {
+  return state === "fresh" ? name : `${state}: ${name}`;
+}
+
 /** bench/results.json: every row's figures from the run that last measured it. */
 function loadResults() {
   const empty = { cases: {}, many: {}, big: {} };
@@ -883,7 +892,10 @@ function renderStored(results) {
   const rows = STATES.flatMap((state) =>
     cases.filter((c) => results.cases[state]?.[c.name] !== undefined).map((c) => ({ c, ...results.cases[state][c.name] })),
   );
-  const big = cases.filter((c) => results.big[c.name] !== undefined).map((c) => results.big[c.name]);
+  // Keyed by the row's name in the fresh state (as before the aged state was measured here too), else "aged: name".
+  const big = STATES.flatMap((state) =>
+    cases.map((c) => results.big[bigKey(state, c.name)]).filter((row) => row !== undefined && (row.state ?? "fresh") === state),
+  );
   const order = (key) => {
     const [count, ...name] = key.split(" ");
     const index = manyRows(Number(count)).findIndex((r) => r.name === name.join(" "));
@@ -944,10 +956,13 @@ if (wantsMany && python !== undefined) {
 // Written before the long big-file runs too, so that an interrupted run still leaves its figures.
 writeFileSync(resolve(root, values.out), renderStored(stored));
 if (values.big !== undefined) {
-  enterState(states[0]);
-  for (const row of bigRss(parseSize(values.big))) stored.big[row.name] = { ...row, state: states[0], machine };
-  leaveState();
-  saveResults(stored);
+  for (const state of states) {
+    enterState(state);
+    for (const row of bigRss(parseSize(values.big))) stored.big[bigKey(state, row.name)] = { ...row, state, machine };
+    leaveState();
+    saveResults(stored);
+    writeFileSync(resolve(root, values.out), renderStored(stored));
+  }
 }
 rmSync(work, { recursive: true, force: true });
 writeFileSync(resolve(root, values.out), renderStored(stored));
