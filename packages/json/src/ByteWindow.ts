@@ -20,6 +20,10 @@ export class ByteWindow {
 
   /** The memory `buf` lies at the front of, when windows are read into it again and again. */
   #store: Uint8Array | undefined;
+  /** The next window, being read into memory of its own while this one is parsed (see {@link #readAhead}). */
+  #ahead: { offset: number; length: number; room: Uint8Array; read: Promise<void> } | undefined;
+  /** The memory the window before was read ahead into: the next read ahead goes there. */
+  #spare: Uint8Array | undefined;
 
   constructor(
     readonly source: ByteSource,
@@ -88,6 +92,22 @@ export class ByteWindow {
 
   /** The kept bytes moved to the front of the store, the next window read in after them. */
   async #readIntoStore(keep: number, kept: number, length: number): Promise<void> {
+    const ahead = this.#ahead;
+    if (ahead !== undefined) {
+      this.#ahead = undefined;
+      // Settled before anything else is read into that memory, whether it is used or not.
+      await ahead.read;
+      if (ahead.offset === this.next && ahead.length === length && kept <= AHEAD_ROOM) {
+        // The kept bytes (a token cut at the window's end) go just before the window read ahead.
+        const { room } = ahead;
+        room.set(this.buf.subarray(keep), AHEAD_ROOM - kept);
+        this.#spare = this.#store;
+        this.#store = room;
+        this.buf = new Uint8Array(room.buffer, room.byteOffset + AHEAD_ROOM - kept, kept + length);
+        this.#readAhead(this.next + length);
+        return;
+      }
+    }
     let store = this.#store;
     if (store === undefined || store.byteLength < kept + length) {
       // Room for a token cut at a window's end on top of the window, so that the store is made once.
@@ -96,8 +116,9 @@ export class ByteWindow {
       store = grown;
       this.#store = grown;
     } else if (kept > 0) {
-      // `buf` is the store's front.
-      store.copyWithin(0, keep, keep + kept);
+      // `buf` lies in the store: at its front, or just past the room kept there when it was read ahead.
+      const from = this.buf.byteOffset - store.byteOffset + keep;
+      store.copyWithin(0, from, from + kept);
     }
     const target = store.subarray(kept, kept + length);
     // A local file is read synchronously: the scan has nothing to do meanwhile, and a hop
@@ -105,8 +126,32 @@ export class ByteWindow {
     if (this.source.readIntoSync !== undefined) this.source.readIntoSync(this.next, target);
     else await this.source.readInto!(this.next, target);
     this.buf = new Uint8Array(store.buffer, store.byteOffset, kept + length);
+    this.#readAhead(this.next + length);
+  }
+
+  /**
+   * Starts reading the window at `offset` into memory of its own, on Node's thread pool, while the
+   * caller parses the one at hand: the copy from the page cache then runs on the other core (a
+   * 2 MiB window takes about 0.5 ms to read here, a fifth to a half of its parse). Only for a range
+   * with at least {@link AHEAD_FROM} bytes left, read asynchronously where the source can.
+   */
+  #readAhead(offset: number): void {
+    const length = Math.min(this.windowSize, this.end - offset);
+    if (length < AHEAD_FROM || this.source.readInto === undefined) return;
+    let room = this.#spare;
+    if (room === undefined || room.byteLength < AHEAD_ROOM + length) room = new Uint8Array(AHEAD_ROOM + this.windowSize);
+    this.#spare = undefined;
+    const read = this.source.readInto(offset, room.subarray(AHEAD_ROOM, AHEAD_ROOM + length));
+    // A failure is reported when the window is asked for; one never asked for (the caller stopped) is dropped.
+    read.catch(() => {});
+    this.#ahead = { offset, length, room, read };
   }
 }
+
+/** Windows at least this long are read ahead ({@link ByteWindow}'s reuse mode). */
+const AHEAD_FROM = 256 * 1024;
+/** Bytes kept before a window read ahead, for a token cut at the end of the one before (a number is at most 4,096). */
+const AHEAD_ROOM = 8192;
 
 /** Returned by the token scanners when the bytes at hand end inside a token. */
 export const NEED_MORE = -1;

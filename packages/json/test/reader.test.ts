@@ -1,6 +1,6 @@
 /** What the reader accepts, as the README documents it. */
 import { describe, expect, it } from "vitest";
-import { type ByteSource, readTensorBytes, tensorFromBytes } from "@st-convert/core";
+import { type ByteSource, StConvertError, readTensorBytes, tensorFromBytes } from "@st-convert/core";
 import { readTensorJson, serializeTensorJson } from "@st-convert/json";
 import { failure, readAll, readAllFrom, utf8 } from "./helpers.js";
 
@@ -241,5 +241,74 @@ describe("many small tensors", () => {
       expect(await readAllFrom(source, { windowSize })).toEqual(expected);
       expect(fills).toBeGreaterThan(bytes.byteLength / windowSize / 2);
     }
+  });
+});
+
+describe("windows read ahead (a source with readInto, windows of 256 KiB or more)", () => {
+  /** A document of three F32 tensors whose text runs to about 3 MB, the values of varied lengths. */
+  async function bigDocument(): Promise<Uint8Array> {
+    const tensors = [0, 1, 2].map((k) => {
+      const values = Float32Array.from({ length: 80_000 }, (_, i) => Math.sin(i * 0.37 + k) * 10 ** ((i % 9) - 4));
+      return tensorFromBytes({ name: `layer.${k}`, dtype: "F32", shape: [400, 200] }, new Uint8Array(values.buffer));
+    });
+    return serializeTensorJson({ tensors, metadata: null });
+  }
+
+  /** A source over `bytes` whose readInto settles a turn later, as a read on Node's thread pool does. */
+  function slowSource(bytes: Uint8Array, fail?: (offset: number) => boolean) {
+    const counts = { ahead: 0, sync: 0 };
+    const source: ByteSource = {
+      size: bytes.byteLength,
+      name: "doc.json",
+      read: async (offset, length) => bytes.slice(offset, offset + length),
+      readInto(offset, target) {
+        counts.ahead++;
+        // What was there before is gone at once: a window still parsed from this memory would read it.
+        target.fill(0x7b);
+        return new Promise((resolve, reject) =>
+          setImmediate(() => {
+            if (fail?.(offset)) reject(new StConvertError("Io", "read failed", { file: "doc.json" }));
+            else {
+              target.set(bytes.subarray(offset, offset + target.byteLength));
+              resolve();
+            }
+          }),
+        );
+      },
+      readIntoSync(offset, target) {
+        counts.sync++;
+        target.set(bytes.subarray(offset, offset + target.byteLength));
+      },
+    };
+    return { source, counts };
+  }
+
+  it("reads the same tensors as from memory, with most windows read ahead, whatever the window's size", async () => {
+    const bytes = await bigDocument();
+    expect(bytes.byteLength).toBeGreaterThan(2_500_000);
+    const expected = await readAll(bytes);
+    for (const windowSize of [262_144, 300_007]) {
+      const { source, counts } = slowSource(bytes);
+      expect(await readAllFrom(source, { windowSize })).toEqual(expected);
+      // The scan and each tensor's values go through the text window by window (about twice its
+      // length in all); each of those four runs reads its first window, and a last one too short
+      // to read ahead, at once; the others come read ahead.
+      const windows = bytes.byteLength / windowSize;
+      expect(counts.ahead).toBeGreaterThan(windows);
+      expect(counts.sync).toBeLessThanOrEqual(8);
+    }
+  });
+
+  it("reports a failed read where its window is needed, and drops one never needed", async () => {
+    const bytes = await bigDocument();
+    const windowSize = 300_007;
+    const failing = slowSource(bytes, (offset) => offset >= 3 * windowSize);
+    expect(await failure(readAllFrom(failing.source, { windowSize }))).toMatchObject({ code: "Io" });
+    // Malformed early: the parse stops in the first window while the second is being read ahead, and fails.
+    const broken = bytes.slice();
+    broken[broken.indexOf(0x2c, 5000)] = 0x3b;
+    const early = slowSource(broken, (offset) => offset >= windowSize);
+    expect(await failure(readAllFrom(early.source, { windowSize }))).toMatchObject({ code: "InvalidJson" });
+    expect(early.counts.ahead).toBeGreaterThan(0);
   });
 });
