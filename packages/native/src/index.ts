@@ -88,6 +88,11 @@ export interface NativeIo {
   castFloats(op: number, src: Uint8Array, dst: Uint8Array, count: number, table?: Uint8Array): void;
   /** Whether the CRC-32 folds with carry-less multiplication (PCLMULQDQ) on this CPU, rather than using a table. */
   readonly crc32Folds: boolean;
+  /**
+   * How it folds: 0 by table, 1 PCLMULQDQ on 128-bit lanes, 2 VPCLMULQDQ on 256-bit registers
+   * (with AVX2), 3 on 512-bit ones (AVX-512). `ST_CONVERT_CRC_FOLD=N` lowers it to N, for tests.
+   */
+  readonly crc32Fold: number;
 }
 
 /** The error `copyRange` rejects with. */

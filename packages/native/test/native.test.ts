@@ -40,6 +40,36 @@ maybe("crc32", () => {
     const flags = readFileSync("/proc/cpuinfo", "utf8");
     expect(native!.crc32Folds).toBe(process.arch === "x64" && /\bpclmulqdq\b/.test(flags));
   });
+  it("gives zlib's CRC with every fold this CPU has (table, 128, 256 and 512-bit registers), each from the widest the CPU offers down", async () => {
+    const { spawnSync } = await import("node:child_process");
+    const flags = readFileSync("/proc/cpuinfo", "utf8");
+    const has = (flag: string) => new RegExp(`\\b${flag}\\b`).test(flags);
+    const widest = !native!.crc32Folds ? 0 : has("vpclmulqdq") && has("avx2") ? (has("avx512f") && has("avx512vl") ? 3 : 2) : 1;
+    expect(native!.crc32Fold).toBe(widest);
+    // Every length to 700 at 65 alignments (each fold's loop, its reduction and the 16-byte and
+    // byte tails), then long pieces, each from a previous CRC, against zlib's in the same process.
+    const script = `
+      const { crc32 } = require("node:zlib");
+      const io = require(${JSON.stringify(new URL("../dist/index.js", import.meta.url).pathname)}).nativeIo();
+      const data = new Uint8Array(4 << 20);
+      for (let i = 0, x = 7; i < data.length; i++) data[i] = (x = (x * 1103515245 + 12345) >>> 0) >>> 24;
+      let cases = 0, wrong = 0;
+      for (let offset = 0; offset <= 64; offset++)
+        for (let length = 0; length <= 700; length++, cases++) {
+          const part = data.subarray(offset, offset + length);
+          if (io.crc32(part, 0x12345678 + length) !== crc32(part, 0x12345678 + length)) wrong++;
+        }
+      for (const length of [1 << 20, (1 << 20) + 255, (4 << 20) - 3]) {
+        cases++;
+        if (io.crc32(data.subarray(3, 3 + length), 9) !== crc32(data.subarray(3, 3 + length), 9)) wrong++;
+      }
+      console.log(JSON.stringify({ fold: io.crc32Fold, cases, wrong }));`;
+    for (let fold = 0; fold <= widest; fold++) {
+      const run = spawnSync(process.execPath, ["-e", script], { encoding: "utf8", env: { ...process.env, ST_CONVERT_CRC_FOLD: String(fold) } });
+      expect(run.status, run.stderr).toBe(0);
+      expect(JSON.parse(run.stdout)).toEqual({ fold, cases: 65 * 701 + 3, wrong: 0 });
+    }
+  }, 60_000);
   it("refuses what is not a Uint8Array", () => {
     expect(() => native!.crc32(new Uint16Array(4) as unknown as Uint8Array)).toThrow(TypeError);
     expect(() => native!.crc32("text" as unknown as Uint8Array)).toThrow(TypeError);
