@@ -58,6 +58,9 @@ static int has_avx2;
 #endif
 
 static void scales_initialize(void);
+#if defined(__x86_64__)
+static void writer_initialize(void);
+#endif
 
 void json_initialize(void) {
   for (int i = 0; i < 256; i++) pow2[i] = ldexp(1.0, i - 150);
@@ -80,6 +83,7 @@ void json_initialize(void) {
   __builtin_cpu_init();
   has_sse41 = __builtin_cpu_supports("sse4.1");
   has_avx2 = __builtin_cpu_supports("avx2");
+  writer_initialize();
 #endif
 }
 
@@ -464,6 +468,280 @@ static size_t write_decided(uint8_t* out, size_t pos, uint32_t bits, const struc
 /* Most bytes of one F32 element's text with its separator (`, -1.17549435e-38` is 17): the least gap formatFloat32sAsync leaves. */
 #define F32_TEXT_MAX 20
 
+#if defined(__x86_64__)
+/*
+ * write_decimal's text by layout, for write_batch_vector. An element's ten digits (k zero-padded)
+ * lie as values 0-9 in bytes 6-15 of a vector, bytes 0-5 zero; with `lead` leading zeros, `p`
+ * digits from the first nonzero to the last, and n = 10 - lead + e digits before the point, the
+ * text is one pshufb of that vector plus a vector of characters: WRITE_SHUF[layout * 10 + lead] picks
+ * digit bytes (0x80, a zero, where the text has a fixed character or a digit beyond the ten),
+ * WRITE_CHARS[layout] adds '0' to digits and holds the fixed characters. Layouts: n = 1 ... 15
+ * (0 ... 14: digits, '.', digits; with p <= n the '.' lies past the end and the zeros of k or
+ * beyond it fill to n), n = -5 ... 0 (15 ... 20: "0.", -n zeros, digits), and d.ddd for the
+ * exponent form (21), whose "e±X" (WRITE_N[n].suffix, 4 bytes, the fourth past the end when X
+ * has one digit) is stored after the digits; for the plain forms it goes past the end (offset 16).
+ * A float32's shortest digits are at most nine (k has ten only when it ends in a zero), so the
+ * text without sign is at most 16 bytes ("0.00000" and nine digits): one pshufb, one store.
+ * Equal to write_decimal for every decision of all 2^32 patterns (checked exhaustively).
+ */
+struct write_n {
+  uint32_t suffix;
+  uint16_t shuf;   /* layout × 10: WRITE_SHUF's row for lead 0 */
+  uint8_t layout;
+  uint8_t length[11]; /* the text's length (no sign) by p = 1 ... 10 */
+  uint8_t offset[11]; /* where the suffix goes by p */
+  uint8_t pad[1];
+};
+static struct write_n WRITE_N[128]; /* by n + 64 */
+static uint8_t WRITE_SHUF[22 * 10][16] __attribute__((aligned(16)));
+static uint8_t WRITE_CHARS[22][16] __attribute__((aligned(16)));
+
+static void writer_initialize(void) {
+  for (int layout = 0; layout < 22; layout++) {
+    /* Each position's digit ordinal (from the first significant digit), or -1 and its character. */
+    int ordinal[16];
+    char fixed[16];
+    for (int i = 0; i < 16; i++) {
+      ordinal[i] = -1;
+      fixed[i] = 0;
+      if (layout < 15) {
+        int n = layout + 1;
+        if (i < n) ordinal[i] = i;
+        else if (i == n) fixed[i] = '.';
+        else ordinal[i] = i - 1;
+      } else if (layout < 21) {
+        int n = layout - 20; /* -5 ... 0 */
+        if (i == 1) fixed[i] = '.';
+        else if (i < 2 - n) fixed[i] = '0';
+        else ordinal[i] = i - (2 - n);
+      } else {
+        if (i == 0) ordinal[i] = 0;
+        else if (i == 1) fixed[i] = '.';
+        else ordinal[i] = i - 1;
+      }
+      WRITE_CHARS[layout][i] = (uint8_t)(ordinal[i] >= 0 ? '0' : fixed[i]);
+    }
+    for (int lead = 0; lead < 10; lead++)
+      for (int i = 0; i < 16; i++) {
+        int at = ordinal[i] + lead + 6;
+        WRITE_SHUF[layout * 10 + lead][i] = (uint8_t)(ordinal[i] >= 0 && at < 16 ? at : 0x80);
+      }
+  }
+  for (int i = 0; i < 128; i++) {
+    int n = i - 64;
+    struct write_n* w = &WRITE_N[i];
+    int layout = n >= 1 && n <= 15 ? n - 1 : n >= -5 && n <= 0 ? n + 20 : 21;
+    w->layout = (uint8_t)layout;
+    w->shuf = (uint16_t)(layout * 10);
+    int x = n - 1, ax = x < 0 ? -x : x;
+    uint8_t s[4] = {'e', x < 0 ? '-' : '+', (uint8_t)('0' + (ax >= 10 ? ax / 10 : ax)), (uint8_t)(ax >= 10 ? '0' + ax % 10 : 0)};
+    memcpy(&w->suffix, s, 4);
+    for (int p = 1; p <= 10; p++) {
+      if (layout < 15) {
+        w->length[p] = (uint8_t)(p > n ? p + 1 : n);
+        w->offset[p] = 16;
+      } else if (layout < 21) {
+        w->length[p] = (uint8_t)(2 - n + p);
+        w->offset[p] = 16;
+      } else {
+        int digits = p > 1 ? p + 1 : 1;
+        w->length[p] = (uint8_t)(digits + (ax >= 10 ? 4 : 3));
+        w->offset[p] = (uint8_t)digits;
+      }
+    }
+  }
+}
+
+/*
+ * One element's ", " and text at `at`, from its digit vector (write_n), when it is not special;
+ * its end. Stores 4 bytes at `at`, 16 at at + 2 or 3 and 4 at most 16 bytes after those: within
+ * at + 23, in the room kept past an element's start (ELEMENT_ROOM).
+ */
+__attribute__((target("sse4.1"), always_inline)) static inline size_t write_one_sse41(uint8_t* out, size_t at, __m128i digits, int32_t e,
+                                                                                     uint32_t bits) {
+  /* Digit values are 0-9: those above zero mark the first and the last significant digit. */
+  unsigned nonzero = (unsigned)_mm_movemask_epi8(_mm_cmpgt_epi8(digits, _mm_setzero_si128()));
+  int first = __builtin_ctz(nonzero), last = 31 - __builtin_clz(nonzero);
+  const struct write_n* w = &WRITE_N[(80 - first + e) & 127]; /* n + 64, n = 16 - first + e */
+  __m128i shuf = _mm_load_si128((const __m128i*)WRITE_SHUF[w->shuf + first - 6]);
+  __m128i text = _mm_add_epi8(_mm_shuffle_epi8(digits, shuf), _mm_load_si128((const __m128i*)WRITE_CHARS[w->layout]));
+  int p = last - first + 1;
+  size_t negative = bits >> 31;
+  uint32_t separator = 0x002d202cu; /* ", -" */
+  memcpy(out + at, &separator, 4);
+  uint8_t* start = out + at + 2 + negative;
+  _mm_storeu_si128((__m128i*)start, text);
+  memcpy(start + w->offset[p], &w->suffix, 4);
+  return at + 2 + negative + w->length[p];
+}
+
+/* The ten digits of four decided elements' k, as values in bytes 6-15 of a vector each, to slots
+ * 0, 2, 1, 3 of `out` (digits8_avx2's order); special elements (k unset) get those of 1. */
+__attribute__((target("sse4.1"))) static inline int digits4_sse41(const struct decision* d, __m128i* out) {
+  __m128 a = _mm_loadu_ps((const float*)d), b = _mm_loadu_ps((const float*)(d + 2));
+  __m128i k = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+  __m128i e = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  __m128i special = _mm_cmplt_epi32(e, _mm_set1_epi32(SPECIAL + 1));
+  k = _mm_or_si128(_mm_andnot_si128(special, k), _mm_and_si128(special, _mm_set1_epi32(1)));
+  /* hi = k / 10^8 (k < 2^31), lo = k % 10^8; a = lo / 10^4, b = lo % 10^4 (multiply-shifts checked for all k < 2^31). */
+  const __m128i m1 = _mm_set1_epi32(1441151881), m2 = _mm_set1_epi32(109951163);
+  __m128i hi = _mm_blend_epi16(_mm_srli_epi64(_mm_mul_epu32(k, m1), 57), _mm_srli_epi64(_mm_mul_epu32(_mm_srli_epi64(k, 32), m1), 25), 0xcc);
+  __m128i lo = _mm_sub_epi32(k, _mm_mullo_epi32(hi, _mm_set1_epi32(100000000)));
+  __m128i ha = _mm_blend_epi16(_mm_srli_epi64(_mm_mul_epu32(lo, m2), 40), _mm_srli_epi64(_mm_mul_epu32(_mm_srli_epi64(lo, 32), m2), 8), 0xcc);
+  __m128i lb = _mm_sub_epi32(lo, _mm_mullo_epi32(ha, _mm_set1_epi32(10000)));
+  /* The four-digit groups in 16-bit lanes (a0 b0 a1 b1 ...), by 100 (x * 5243 >> 19, x < 10^4). */
+  __m128i g = _mm_or_si128(ha, _mm_slli_epi32(lb, 16));
+  __m128i q = _mm_srli_epi16(_mm_mulhi_epu16(g, _mm_set1_epi16(5243)), 3);
+  __m128i hundred = _mm_set1_epi16(100);
+  __asm__("" : "+x"(hundred)); /* a multiply (pmullw), not gcc's four shifts and adds */
+  __m128i r = _mm_sub_epi16(g, _mm_mullo_epi16(q, hundred));
+  __m128i p01 = _mm_unpacklo_epi16(q, r), p23 = _mm_unpackhi_epi16(q, r);
+  /* Each value below 100 as two digit bytes, tens first (y * 6554 >> 16 = y / 10). */
+  __m128i m10 = _mm_set1_epi16(6554), ten = _mm_set1_epi16(10);
+  __asm__("" : "+x"(ten));
+  __m128i t = _mm_mulhi_epu16(p01, m10);
+  __m128i d01 = _mm_or_si128(t, _mm_slli_epi16(_mm_sub_epi16(p01, _mm_mullo_epi16(t, ten)), 8));
+  t = _mm_mulhi_epu16(p23, m10);
+  __m128i d23 = _mm_or_si128(t, _mm_slli_epi16(_mm_sub_epi16(p23, _mm_mullo_epi16(t, ten)), 8));
+  t = _mm_mulhi_epu16(hi, m10);
+  __m128i dh = _mm_or_si128(t, _mm_slli_epi16(_mm_sub_epi16(hi, _mm_mullo_epi16(t, ten)), 8));
+  /* The two high digits into bytes 6-7, the eight others into 8-15. */
+  __m128i hev = _mm_slli_epi64(dh, 48), hod = _mm_slli_epi64(_mm_srli_epi64(dh, 32), 48);
+  out[0] = _mm_unpacklo_epi64(hev, d01);
+  out[2] = _mm_blend_epi16(hod, d01, 0xf0);
+  out[1] = _mm_alignr_epi8(d23, hev, 8);
+  out[3] = _mm_unpackhi_epi64(hod, d23);
+  return _mm_movemask_ps(_mm_castsi128_ps(special));
+}
+
+/* digits4_sse41 for eight elements in AVX2: the same arithmetic, elements 0 1 4 5 in the low
+ * lanes and 2 3 6 7 in the high ones, stored as slots 0 2 1 3 4 6 5 7 (slot = element with bits
+ * 0 and 1 swapped). */
+__attribute__((target("avx2"))) static inline int digits8_avx2(const struct decision* d, __m128i* out) {
+  __m256 a = _mm256_loadu_ps((const float*)d), b = _mm256_loadu_ps((const float*)(d + 4));
+  __m256i k = _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+  __m256i e = _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  __m256i special = _mm256_cmpgt_epi32(_mm256_set1_epi32(SPECIAL + 1), e);
+  k = _mm256_blendv_epi8(k, _mm256_set1_epi32(1), special);
+  const __m256i m1 = _mm256_set1_epi32(1441151881), m2 = _mm256_set1_epi32(109951163);
+  __m256i hi = _mm256_blend_epi16(_mm256_srli_epi64(_mm256_mul_epu32(k, m1), 57), _mm256_srli_epi64(_mm256_mul_epu32(_mm256_srli_epi64(k, 32), m1), 25),
+                                  0xcc);
+  __m256i lo = _mm256_sub_epi32(k, _mm256_mullo_epi32(hi, _mm256_set1_epi32(100000000)));
+  __m256i ha = _mm256_blend_epi16(_mm256_srli_epi64(_mm256_mul_epu32(lo, m2), 40), _mm256_srli_epi64(_mm256_mul_epu32(_mm256_srli_epi64(lo, 32), m2), 8),
+                                  0xcc);
+  __m256i lb = _mm256_sub_epi32(lo, _mm256_mullo_epi32(ha, _mm256_set1_epi32(10000)));
+  __m256i g = _mm256_or_si256(ha, _mm256_slli_epi32(lb, 16));
+  __m256i q = _mm256_srli_epi16(_mm256_mulhi_epu16(g, _mm256_set1_epi16(5243)), 3);
+  __m256i hundred = _mm256_set1_epi16(100);
+  __asm__("" : "+x"(hundred)); /* a multiply (pmullw), not gcc's four shifts and adds */
+  __m256i r = _mm256_sub_epi16(g, _mm256_mullo_epi16(q, hundred));
+  __m256i p01 = _mm256_unpacklo_epi16(q, r), p23 = _mm256_unpackhi_epi16(q, r);
+  __m256i m10 = _mm256_set1_epi16(6554), ten = _mm256_set1_epi16(10);
+  __asm__("" : "+x"(ten));
+  __m256i t = _mm256_mulhi_epu16(p01, m10);
+  __m256i d01 = _mm256_or_si256(t, _mm256_slli_epi16(_mm256_sub_epi16(p01, _mm256_mullo_epi16(t, ten)), 8));
+  t = _mm256_mulhi_epu16(p23, m10);
+  __m256i d23 = _mm256_or_si256(t, _mm256_slli_epi16(_mm256_sub_epi16(p23, _mm256_mullo_epi16(t, ten)), 8));
+  t = _mm256_mulhi_epu16(hi, m10);
+  __m256i dh = _mm256_or_si256(t, _mm256_slli_epi16(_mm256_sub_epi16(hi, _mm256_mullo_epi16(t, ten)), 8));
+  __m256i hev = _mm256_slli_epi64(dh, 48), hod = _mm256_slli_epi64(_mm256_srli_epi64(dh, 32), 48);
+  _mm256_storeu_si256((__m256i*)out, _mm256_unpacklo_epi64(hev, d01));
+  _mm256_storeu_si256((__m256i*)(out + 2), _mm256_blend_epi16(hod, d01, 0xf0));
+  _mm256_storeu_si256((__m256i*)(out + 4), _mm256_alignr_epi8(d23, hev, 8));
+  _mm256_storeu_si256((__m256i*)(out + 6), _mm256_unpackhi_epi64(hod, d23));
+  return _mm256_movemask_ps(_mm256_castsi256_ps(special));
+}
+
+/* format_run's scalar step for element j: its ", " and text, or 0 where format_run stops. */
+static inline int write_scalar(uint8_t* out, size_t* at, int64_t bound, const uint32_t* words, const struct decision* d, int64_t j) {
+  if ((int64_t)*at > bound) return 0;
+  size_t next = write_decided(out, *at + 2, words[j], &d[j]);
+  if (next == (size_t)-1) return 0;
+  out[*at] = ',';
+  out[*at + 1] = ' ';
+  *at = next;
+  return 1;
+}
+
+/*
+ * format_run's writing of a decided batch where the CPU has SSE4.1 (AVX2: avx2 set, and the
+ * function compiled for it): the digits of the batch first, eight elements at a time (digits8_avx2
+ * or digits4_sse41), then each element's text from its digits in one shuffle (write_one_sse41),
+ * no branch on its form. Eight elements none of them special, whose last starts at most
+ * 7 × F32_TEXT_MAX after the first, and that before where the run must stop (bound), go without
+ * checks; else format_run's checks element by element, and write_decided for special elements.
+ * Returns the elements written, *at_io the position.
+ */
+__attribute__((always_inline, target("sse4.1"))) static inline int64_t write_batch_vector(const uint32_t* words, const struct decision* d, int64_t count,
+                                                                                         uint8_t* out, int64_t bound, size_t* at_io, int bare_first,
+                                                                                         int avx2) {
+  __m128i digits[256];
+  uint8_t special[32];
+  size_t at = *at_io;
+  int64_t j = 0;
+  if (bare_first && count > 0) {
+    if ((int64_t)at > bound) goto done;
+    size_t next = write_decided(out, at, words[0], &d[0]);
+    if (next == (size_t)-1) goto done;
+    at = next;
+    j = 1;
+  }
+  words += j;
+  d += j;
+  count -= j;
+  int64_t groups = count >> 3;
+  for (int64_t g = 0; g < groups; g++) {
+    const struct decision* dg = d + 8 * g;
+    special[g] = (uint8_t)(avx2 ? digits8_avx2(dg, digits + 8 * g) : digits4_sse41(dg, digits + 8 * g) | digits4_sse41(dg + 4, digits + 8 * g + 4));
+  }
+  int64_t i = 0;
+  for (int64_t g = 0; g < groups; g++) {
+    const struct decision* dg = d + 8 * g;
+    const uint32_t* wg = words + 8 * g;
+    const __m128i* vg = digits + 8 * g;
+    if (__builtin_expect(!special[g] && (int64_t)at + 7 * F32_TEXT_MAX <= bound, 1)) {
+      at = write_one_sse41(out, at, vg[0], dg[0].e, wg[0]);
+      at = write_one_sse41(out, at, vg[2], dg[1].e, wg[1]);
+      at = write_one_sse41(out, at, vg[1], dg[2].e, wg[2]);
+      at = write_one_sse41(out, at, vg[3], dg[3].e, wg[3]);
+      at = write_one_sse41(out, at, vg[4], dg[4].e, wg[4]);
+      at = write_one_sse41(out, at, vg[6], dg[5].e, wg[5]);
+      at = write_one_sse41(out, at, vg[5], dg[6].e, wg[6]);
+      at = write_one_sse41(out, at, vg[7], dg[7].e, wg[7]);
+      continue;
+    }
+    for (int l = 0; l < 8; l++) {
+      i = 8 * g + l;
+      if ((int64_t)at > bound) goto stop;
+      if (dg[l].e <= SPECIAL) {
+        if (!write_scalar(out, &at, bound, words, d, i)) goto stop;
+      } else {
+        at = write_one_sse41(out, at, vg[(l & 4) | (l & 1) << 1 | (l & 2) >> 1], dg[l].e, wg[l]);
+      }
+    }
+  }
+  for (i = 8 * groups; i < count; i++)
+    if (!write_scalar(out, &at, bound, words, d, i)) goto stop;
+  i = count;
+stop:
+  j += i;
+done:
+  *at_io = at;
+  return j;
+}
+
+__attribute__((target("sse4.1"))) static int64_t write_batch_sse41(const uint32_t* words, const struct decision* d, int64_t count, uint8_t* out,
+                                                                    int64_t bound, size_t* at_io, int bare_first) {
+  return write_batch_vector(words, d, count, out, bound, at_io, bare_first, 0);
+}
+
+__attribute__((target("avx2"))) static int64_t write_batch_avx2(const uint32_t* words, const struct decision* d, int64_t count, uint8_t* out,
+                                                                 int64_t bound, size_t* at_io, int bare_first) {
+  return write_batch_vector(words, d, count, out, bound, at_io, bare_first, 1);
+}
+#endif
+
+
 /* ---------- Node-API glue ---------- */
 
 static napi_value fail(napi_env env, const char* message) {
@@ -498,12 +776,24 @@ static napi_value number(napi_env env, double value) {
  */
 static size_t format_run(const uint32_t* words, int64_t index, int64_t end, uint8_t* out, size_t out_length, size_t at, int64_t limit, int first,
                          int64_t* stopped) {
-  /* Decided a batch at a time, then written: the decisions of a batch are independent of one
-   * another and overlap in the processor; each write waits for the one before (its position). */
   struct decision batch[256];
+#if defined(__x86_64__)
+  /* Where the writers must stop: (int64_t)at > bound exactly when at > limit or at + ELEMENT_ROOM > out_length. */
+  int64_t room = out_length >= ELEMENT_ROOM ? (int64_t)(out_length - ELEMENT_ROOM) : -1;
+  int64_t bound = limit < room ? limit : room;
+#endif
   while (index < end && (int64_t)at <= limit) {
     int64_t count = end - index < 256 ? end - index : 256;
     decide_batch(words + index, count, batch);
+#if defined(__x86_64__)
+    if (has_sse41) {
+      int64_t written = has_avx2 ? write_batch_avx2(words + index, batch, count, out, bound, &at, index == 0 && first)
+                                 : write_batch_sse41(words + index, batch, count, out, bound, &at, index == 0 && first);
+      index += written;
+      if (written < count) goto stop;
+      continue;
+    }
+#endif
     for (int64_t j = 0; j < count; j++, index++) {
       if ((int64_t)at > limit || at + ELEMENT_ROOM > out_length) goto stop;
       if (index == 0 && first) {
