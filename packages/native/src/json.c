@@ -55,11 +55,14 @@ static const double EPS = 1e-6;
 static int has_sse41;
 /* Whether format_run decides four elements at a time (decide_batch_avx2). */
 static int has_avx2;
+/* Whether store_block_avx2 may run (with has_avx2). */
+static int has_bmi2;
 #endif
 
 static void scales_initialize(void);
 #if defined(__x86_64__)
 static void writer_initialize(void);
+static void store_divisors_initialize(void);
 #endif
 
 void json_initialize(void) {
@@ -80,9 +83,11 @@ void json_initialize(void) {
   }
   scales_initialize();
 #if defined(__x86_64__)
+  store_divisors_initialize();
   __builtin_cpu_init();
   has_sse41 = __builtin_cpu_supports("sse4.1");
   has_avx2 = __builtin_cpu_supports("avx2");
+  has_bmi2 = __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
   writer_initialize();
 #endif
 }
@@ -1174,6 +1179,198 @@ done:
   *count_io = count;
   return resume;
 }
+
+/*
+ * storeFloat32Run's block where the CPU has AVX2 (and BMI1/2): whole windows of 64 bytes from a
+ * comma, judged at once from their bytes' bit masks (store_window: the numbers store_block would
+ * take, every one of them), their numbers' ends gathered into a list, and the list parsed four
+ * numbers at a time (store_four), without a branch per number. A window not judged whole is taken
+ * number by number as store_block takes it.
+ */
+
+/* The divisor of a number from its lane's weights (store_four): 2 * (16 - f) for a point f digits
+ * from the end (0 for none), + 1 for a sign; the power of ten, negative for a sign, so that the
+ * quotient has the sign (a correctly rounded division is symmetric). */
+static double store_divisors[40];
+
+static void store_divisors_initialize(void) {
+  for (int s = 0; s < 40; s++) {
+    int u = s >> 1, f = u == 0 ? 0 : 16 - u;
+    if (f < 0 || f > 22) f = 0;
+    store_divisors[s] = (s & 1) ? -exact_pow10[f] : exact_pow10[f];
+  }
+}
+
+/* The ends (commas) of the numbers a window of 64 bytes from the comma at p holds whole, when
+ * store_block would take every one of them: bit e set for a number ending at p[e]. 0 otherwise.
+ * The same judgement as count_window's with every kind allowed. */
+__attribute__((target("avx2,bmi,bmi2"))) static inline uint64_t store_window(const uint8_t* p, uint64_t* last_out) {
+  struct byte_classes c;
+  classes_avx2(p, &c);
+  uint64_t digit = c.digit, comma = c.comma, space = c.space, minus = c.minus, point = c.point, zero = c.zero;
+  if ((comma & ~1ull) == 0) return 0;
+  int last = 63 - __builtin_clzll(comma);
+  uint64_t last_bit = 1ull << last;
+  uint64_t inside = (last_bit - 1) & ~1ull, through = inside | last_bit;
+  uint64_t bad = ~(digit | comma | space | minus | point) & inside;
+  bad |= space & ~(comma << 1) & inside;
+  uint64_t starts = ((comma << 1) & ~space) | (space << 1);
+  bad |= minus & ~starts & inside;
+  uint64_t first = (starts & ~minus) | (minus << 1);
+  bad |= first & ~digit & through;
+  bad |= ((first & zero) << 1) & digit & inside;
+  bad |= point & ~(digit << 1) & inside;
+  bad |= (point << 1) & ~digit & through;
+  uint64_t fraction_starts = (point << 1) & inside;
+  bad |= ((digit & inside) + fraction_starts) & ~digit & point;
+  uint64_t run = (digit | point) & inside;
+  run &= run >> 1;
+  run &= run >> 2;
+  run &= run >> 4;
+  run &= run >> 8;
+  bad |= run;
+  if (bad != 0) return 0;
+  *last_out = (uint64_t)last;
+  return comma & through;
+}
+
+/* One 128-bit lane per number: the 16 bytes before its end, reversed (byte 0 its last digit).
+ * Returns the digits' value as [low 8 digits, high 8 digits] in the lane's first two 32-bit
+ * words; *weights the lane's byte sum that indexes store_divisors. */
+__attribute__((target("avx2,bmi,bmi2"))) static inline __m256i store_lanes(const uint8_t* a, const uint8_t* b, __m256i* weights) {
+  const __m256i reverse = _mm256_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m256i top_of_low = _mm256_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, 7, 7, 7, 7, 7, 7, 7, 7, -128, -128, -128, -128, -128, -128,
+                                              -128, -128, 7, 7, 7, 7, 7, 7, 7, 7);
+  const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -113, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -113);
+  __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)a)), _mm_loadu_si128((const __m128i*)b), 1);
+  __m256i r = _mm256_shuffle_epi8(v, reverse);
+  __m256i e = _mm256_sub_epi8(r, _mm256_set1_epi8(0x2e)); /* point 0, digits 2..11; comma, space, sign below 0 */
+  __m256i zero = _mm256_setzero_si256();
+  __m256i not_run = _mm256_cmpgt_epi8(zero, e);
+  __m256i pt = _mm256_cmpeq_epi8(e, zero);
+  /* Bytes from the first not of the number on (the number's digits and point are the bytes before). */
+  __m256i nr = _mm256_or_si256(not_run, _mm256_sub_epi64(zero, not_run));
+  nr = _mm256_or_si256(nr, _mm256_shuffle_epi8(nr, top_of_low));
+  /* Bytes from the number's point on. */
+  __m256i pm = _mm256_andnot_si256(nr, pt);
+  __m256i pa = _mm256_or_si256(pm, _mm256_sub_epi64(zero, pm));
+  pa = _mm256_or_si256(pa, _mm256_shuffle_epi8(pa, top_of_low));
+  __m256i d = _mm256_andnot_si256(nr, _mm256_sub_epi8(r, _mm256_set1_epi8(0x30)));
+  __m256i digits = _mm256_shuffle_epi8(d, _mm256_sub_epi8(iota, pa)); /* from the point on, the byte after: the point squeezed out */
+  __m256i boundary = _mm256_xor_si256(nr, _mm256_slli_si256(nr, 1));
+  __m256i sign = _mm256_and_si256(_mm256_and_si256(boundary, e), _mm256_set1_epi8(1)); /* the byte before the digits: a sign (e = -1) odd, a comma (-2) or a space (-14) even */
+  *weights = _mm256_sad_epu8(_mm256_or_si256(_mm256_and_si256(pa, _mm256_set1_epi8(2)), sign), zero);
+  __m256i pairs = _mm256_maddubs_epi16(digits, _mm256_set1_epi16(0x0a01));
+  __m256i quads = _mm256_madd_epi16(pairs, _mm256_set1_epi32(0x00640001));
+  return _mm256_madd_epi16(_mm256_packus_epi32(quads, quads), _mm256_set1_epi32(0x27100001));
+}
+
+/* The four numbers ending at ends[0..3] (each after a comma or a window's start, certified). */
+__attribute__((target("avx2,bmi,bmi2"))) static inline __m128 store_four(const uint8_t* buf, const size_t* ends) {
+  __m256i wa, wb;
+  __m256i va = store_lanes(buf + ends[0] - 16, buf + ends[2] - 16, &wa);
+  __m256i vb = store_lanes(buf + ends[1] - 16, buf + ends[3] - 16, &wb);
+  __m256i both = _mm256_permutevar8x32_epi32(_mm256_unpacklo_epi64(va, vb), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+  __m256d low = _mm256_cvtepi32_pd(_mm256_castsi256_si128(both)), high = _mm256_cvtepi32_pd(_mm256_extracti128_si256(both, 1));
+  __m256d value = _mm256_add_pd(_mm256_mul_pd(high, _mm256_set1_pd(1e8)), low); /* exact: below 10^15 */
+  __m256i index = _mm256_add_epi64(_mm256_unpacklo_epi64(wa, wb), _mm256_unpackhi_epi64(wa, wb));
+  __m256d divisor = _mm256_i64gather_pd(store_divisors, index, 8);
+  return _mm256_cvtpd_ps(_mm256_div_pd(value, divisor));
+}
+
+#define STORE_LIST 160
+#define STORE_FLUSH 96
+
+/* Stores the listed numbers from floats[leaf - base] on; all of them when `all`, else whole fours,
+ * the rest moved to the list's front. Returns how many are left listed. */
+__attribute__((target("avx2,bmi,bmi2"))) static size_t store_listed(const uint8_t* buf, size_t* ends, size_t listed, float* out, int all) {
+  size_t k = 0;
+  for (; k + 4 <= listed; k += 4) _mm_storeu_ps(out + k, store_four(buf, ends + k));
+  size_t rest = listed - k;
+  if (rest == 0) return 0;
+  if (all) {
+    size_t four[4];
+    for (size_t t = 0; t < 4; t++) four[t] = ends[k + (t < rest ? t : rest - 1)];
+    float values[4];
+    _mm_storeu_ps(values, store_four(buf, four));
+    memcpy(out + k, values, rest * 4);
+    return 0;
+  }
+  for (size_t t = 0; t < rest; t++) ends[t] = ends[k + t];
+  return rest;
+}
+
+__attribute__((target("avx2,bmi,bmi2"))) static size_t store_block_avx2(const uint8_t* buf, size_t n, size_t at, float* floats, int64_t base,
+                                                                       int64_t* leaf_io, int64_t end_leaf) {
+  int64_t leaf = *leaf_io, listed_from = leaf;
+  size_t ends[STORE_LIST];
+  size_t listed = 0;
+  size_t start = at, resume = at;
+  while (start + BLOCK_ROOM <= n && leaf < end_leaf) {
+    size_t window = start - 1;
+    if (start > 16 && buf[window] == 0x2c) {
+      uint64_t last;
+      uint64_t commas = store_window(buf + window, &last);
+      int64_t count = (int64_t)__builtin_popcountll(commas);
+      if (commas != 0 && count <= end_leaf - leaf) {
+        size_t* list = ends + listed;
+        uint64_t all = commas | 1ull << 63;
+        for (int t = 0; t < 8; t++) {
+          list[t] = window + (size_t)__builtin_ctzll(all);
+          all &= all - 1;
+          all |= 1ull << 63;
+        }
+        if (count > 8) {
+          for (int t = 8; t < count; t++) {
+            list[t] = window + (size_t)__builtin_ctzll(all);
+            all &= all - 1;
+          }
+        }
+        listed += (size_t)count;
+        leaf += count;
+        resume = window + (size_t)last;
+        start = resume + 1;
+        if (listed >= STORE_FLUSH) {
+          size_t left = store_listed(buf, ends, listed, floats + (listed_from - base), 0);
+          listed_from = leaf - (int64_t)left;
+          listed = left;
+        }
+        continue;
+      }
+    }
+    if (listed != 0) {
+      store_listed(buf, ends, listed, floats + (listed_from - base), 1);
+      listed = 0;
+    }
+    listed_from = leaf;
+    /* store_block's loop, for this window. */
+    window = start;
+    uint64_t commas = comma_mask(buf + window);
+    if (commas == 0) break;
+    do {
+      size_t end = window + (size_t)__builtin_ctzll(commas);
+      commas &= commas - 1;
+      size_t s = start + (buf[start] == 0x20);
+      uint32_t negative = buf[s] == 0x2d;
+      size_t j = s + negative;
+      struct digits q;
+      if (!number_digits(buf + j, &q) || j + q.length != end) goto done;
+      float value = (float)((double)(int64_t)q.value / exact_pow10[q.fraction_length]);
+      uint32_t bits;
+      memcpy(&bits, &value, 4);
+      bits ^= negative << 31;
+      memcpy(&floats[leaf - base], &bits, 4);
+      leaf++;
+      resume = end;
+      start = end + 1;
+    } while (commas != 0 && leaf < end_leaf);
+    listed_from = leaf;
+  }
+done:
+  if (listed != 0) store_listed(buf, ends, listed, floats + (listed_from - base), 1);
+  *leaf_io = leaf;
+  return resume;
+}
 #endif
 
 static size_t store_float32_run(const uint8_t* buf, size_t n, size_t i, int final, float* floats, int64_t base, int64_t leaf, int64_t end_leaf,
@@ -1188,7 +1385,8 @@ static size_t store_float32_run(const uint8_t* buf, size_t n, size_t i, int fina
 #if defined(__x86_64__)
     if (has_sse41 && at + BLOCK_ROOM <= n) {
       int64_t stored = leaf;
-      size_t next = store_block(buf, n, at, floats, base, &stored, end_leaf);
+      size_t next = has_avx2 && has_bmi2 ? store_block_avx2(buf, n, at, floats, base, &stored, end_leaf)
+                                         : store_block(buf, n, at, floats, base, &stored, end_leaf);
       if (next != at) {
         at = next;
         leaf = stored;
