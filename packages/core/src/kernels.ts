@@ -40,6 +40,8 @@ export interface Kernels {
   float32Lossless?: (words: Uint32Array) => boolean;
   /** How many runs of the two reader loops went on two cores so far (the native module documents it). */
   readerSplits?: NativeIo["readerSplits"];
+  /** Which of the JSON loops run (the native module documents it). For tests. */
+  jsonSimd?: NativeIo["jsonSimd"];
   /**
    * The float casts' element loops, bit for bit what castKernels.ts's JavaScript does (core's
    * tests compare them): `count` elements of `src` (native-endian, any alignment) cast into

@@ -55,6 +55,7 @@ if (native !== undefined) {
   kernels.numberRun = native.numberRun;
   kernels.float32Lossless = native.float32Lossless;
   kernels.readerSplits = native.readerSplits;
+  kernels.jsonSimd = native.jsonSimd;
   kernels.castFloats = native.castFloats;
 }
 

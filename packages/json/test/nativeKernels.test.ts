@@ -3,6 +3,7 @@
  * their JavaScript twins: the same text written, the same floats stored, the same counts and the
  * same stops, element for element, and the same files and errors through the whole reader.
  */
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { type Kernels, kernels, readTensorBytes, tensorFromBytes } from "@st-convert/core";
 import "@st-convert/core/node";
@@ -79,6 +80,16 @@ function formatAll(format: typeof formatFloat32s, words: Uint32Array, limit: num
   const pos = format(words, index, words.length, out, 0, limit, first);
   return { text: out.slice(0, pos), upTo: formattedUpTo };
 }
+
+withNative("the native JSON loops in use", () => {
+  it("are the widest this CPU runs, or those ST_CONVERT_JSON_SIMD asks for (the suite runs this file at each level)", () => {
+    const flags = process.arch === "x64" ? readFileSync("/proc/cpuinfo", "utf8") : "";
+    const has = (flag: string) => new RegExp(`\\b${flag}\\b`).test(flags);
+    const widest = has("avx2") ? 2 : has("sse4_1") ? 1 : 0;
+    const asked = process.env.ST_CONVERT_JSON_SIMD;
+    expect(kernels.jsonSimd!()).toBe(asked === "0" || asked === "1" ? Math.min(widest, Number(asked)) : widest);
+  });
+});
 
 withNative("the native F32 writer loop", () => {
   it("finds a NaN other than the canonical one where the JavaScript check does, wherever it lies", () => {

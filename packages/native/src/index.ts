@@ -80,6 +80,12 @@ export interface NativeIo {
    */
   readerSplits(): [joined: number, resumed: number];
   /**
+   * Which of the JSON loops run: 2 the AVX2 ones (with SSE4.1's where there are none), 1 SSE4.1's,
+   * 0 the plain C. `ST_CONVERT_JSON_SIMD=1` or `0` lowers it, so that tests can compare each with the
+   * JavaScript. For tests.
+   */
+  jsonSimd(): number;
+  /**
    * The float casts' element loops, as core's castKernels.ts has them: `count` elements of `src`
    * cast into `dst` (Uint8Arrays, native-endian, any alignment) by `op` (core's `CAST_OPS`);
    * ops 5–7 read their results from `table`. Throws a TypeError for a bad argument or a count

@@ -88,6 +88,13 @@ void json_initialize(void) {
   has_sse41 = __builtin_cpu_supports("sse4.1");
   has_avx2 = __builtin_cpu_supports("avx2");
   has_bmi2 = __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+  /* Narrower loops on request (ST_CONVERT_JSON_SIMD: 1 SSE4.1 only, 0 none), so that the tests
+   * compare each set of loops this CPU can run with the JavaScript. */
+  const char* level = getenv("ST_CONVERT_JSON_SIMD");
+  if (level != NULL && (level[0] == '0' || level[0] == '1')) {
+    has_avx2 = has_bmi2 = 0;
+    if (level[0] == '0') has_sse41 = 0;
+  }
   writer_initialize();
 #endif
 }
@@ -1817,6 +1824,16 @@ static napi_value float32_lossless_js(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/* Which loops run: 2 the AVX2 ones, 1 SSE4.1's, 0 the plain C (ST_CONVERT_JSON_SIMD lowers it). */
+static napi_value json_simd_js(napi_env env, napi_callback_info info) {
+  (void)info;
+  int level = 0;
+#if defined(__x86_64__)
+  level = has_avx2 ? 2 : has_sse41 ? 1 : 0;
+#endif
+  return number(env, level);
+}
+
 static napi_value reader_splits_js(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value out;
@@ -1838,6 +1855,8 @@ void json_register(napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "numberRun", fn);
   napi_create_function(env, "float32Lossless", NAPI_AUTO_LENGTH, float32_lossless_js, NULL, &fn);
   napi_set_named_property(env, exports, "float32Lossless", fn);
+  napi_create_function(env, "jsonSimd", NAPI_AUTO_LENGTH, json_simd_js, NULL, &fn);
+  napi_set_named_property(env, exports, "jsonSimd", fn);
   napi_create_function(env, "readerSplits", NAPI_AUTO_LENGTH, reader_splits_js, NULL, &fn);
   napi_set_named_property(env, exports, "readerSplits", fn);
 }
