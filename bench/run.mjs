@@ -108,7 +108,7 @@ const cases = [
     format: "safetensors",
     baselines: ["cp", "py:st2st"],
     reference: "st2st",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "npy → safetensors",
@@ -118,7 +118,7 @@ const cases = [
     format: "npy",
     baselines: ["cp", "py:npy2st"],
     reference: "npy2st",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "npz (stored) → safetensors",
@@ -128,7 +128,7 @@ const cases = [
     format: "npz",
     baselines: ["cp", "py:npz2st"],
     reference: "npz2st",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "npz (deflated) → safetensors",
@@ -138,7 +138,7 @@ const cases = [
     format: "npz",
     baselines: ["py:npz-load", "py:npz2st"],
     reference: "npz2st",
-    target: ["py:npz-load", 1.2],
+    target: ["py:npz-load", 1],
   },
   {
     name: "npz (deflated, Fortran order) → safetensors",
@@ -168,7 +168,7 @@ const cases = [
     format: "flax",
     baselines: ["cp", "py:flax2st"],
     reference: "flax2st",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "PyTorch .bin → safetensors",
@@ -178,7 +178,7 @@ const cases = [
     format: "torch",
     baselines: ["cp", "py:torch2st"],
     reference: "torch2st",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "safetensors → npy (one tensor)",
@@ -190,7 +190,7 @@ const cases = [
     format: "npy",
     baselines: ["cp", "py:st2npy"],
     reference: "st2npy",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "safetensors → npz (stored)",
@@ -200,7 +200,7 @@ const cases = [
     format: "npz",
     baselines: ["cp", "py:st2npz"],
     reference: "st2npz",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "safetensors → npz (deflated)",
@@ -220,7 +220,7 @@ const cases = [
     format: "flax",
     baselines: ["cp", "py:st2flax"],
     reference: "st2flax",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "safetensors → PyTorch .bin",
@@ -229,7 +229,7 @@ const cases = [
     output: "out.bin",
     format: "torch",
     baselines: ["cp", "py:st2torch"],
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
   },
   {
     name: "cast F32 → BF16 (safetensors)",
@@ -251,7 +251,7 @@ const cases = [
     format: "safetensors",
     baselines: ["cp", "py:merge"],
     reference: "merge",
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
     big: false,
   },
   {
@@ -265,7 +265,7 @@ const cases = [
     args: ["--max-shard-size", "1GB"],
     format: "safetensors",
     baselines: ["cp", "py:reshard"],
-    target: ["cp", 1.5],
+    target: ["cp", 1.3],
     big: false,
   },
   {
