@@ -451,7 +451,6 @@ static void decide_batch(const uint32_t* words, int64_t count, struct decision* 
 #endif
   decide_run(words, count, out);
 }
-/* ---- end of paste ---- */
 
 /* writeFloat32 of valueCodecs for a decided element; (size_t)-1 when it needs the exact route. */
 static size_t write_decided(uint8_t* out, size_t pos, uint32_t bits, const struct decision* d) {
