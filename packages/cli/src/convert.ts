@@ -289,18 +289,18 @@ class ObservedEntry implements TensorEntry {
     if (inner === undefined) return undefined;
     const progress = this.progress;
     progress.signal?.throwIfAborted();
-    const check = inner.check;
+    const { check, crc32 } = inner;
+    const blamed = <T>(done: Promise<T>): Promise<T> =>
+      done.catch((error: unknown) => {
+        progress.inRead = true;
+        throw error;
+      });
     return {
       source: inner.source,
       offset: inner.offset,
-      check:
-        check === undefined
-          ? undefined
-          : () =>
-              check().catch((error: unknown) => {
-                progress.inRead = true;
-                throw error;
-              }),
+      check: check === undefined ? undefined : () => blamed(check()),
+      // Kept: where the sink takes the CRC as it copies, the check needs no read of its own.
+      crc32: crc32 === undefined ? undefined : { initial: () => blamed(crc32.initial()), finish: (crc) => blamed(crc32.finish(crc)) },
       copied: (bytes) => {
         inner.copied?.(bytes);
         this.reached(bytes);

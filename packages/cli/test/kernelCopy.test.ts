@@ -10,7 +10,8 @@ import { type AtomicFileSink, createFileSink, createScratchFile, openFileSource 
 import { nativeAbsence, nativeIo } from "@st-convert/native";
 import { CLI_PATH, describeInterop, makeTempDir, runPython } from "@st-convert/testing";
 import { spawnSync } from "node:child_process";
-import { detectInputFormat, formatByName } from "../src/index.js";
+import { kernels } from "@st-convert/core";
+import { convert, detectInputFormat, formatByName } from "../src/index.js";
 
 const native = nativeIo();
 if (native === undefined && process.env.ST_CONVERT_REQUIRE_NATIVE === "1") throw new Error(`the native module is required here: ${nativeAbsence}`);
@@ -80,6 +81,28 @@ describeInterop("kernel copies on files the references wrote", (python) => {
     });
     const report = JSON.parse(runPython(python, "reference_kernel_copy.py", ["check", dir]));
     expect(report).toEqual(Object.fromEntries(Object.keys(copied).map((name) => [name, true])));
+  });
+
+  it.skipIf(native === undefined)("convert() takes a whole stored member's CRC-32 in its copy, with no read of the member of its own", async () => {
+    // The check alongside a copy reads through kernels.crc32Range; the fold never calls it.
+    const range = kernels.crc32Range!;
+    const calls: number[] = [];
+    kernels.crc32Range = (fd, offset, length, previous) => {
+      calls.push(length);
+      return range(fd, offset, length, previous);
+    };
+    try {
+      for (const input of ["a.pt", "a.npz"]) {
+        const viaApi = join(dir, `api_${input}.safetensors`);
+        const viaLibrary = join(dir, `lib_${input}.safetensors`);
+        await convert(join(dir, input), viaApi);
+        await convertCounting(input, `lib_${input}.safetensors`, "safetensors");
+        expect(readFileSync(viaApi).equals(readFileSync(viaLibrary)), input).toBe(true);
+      }
+    } finally {
+      kernels.crc32Range = range;
+    }
+    expect(calls).toEqual([]);
   });
 
   it("the command gives the same bytes with and without the native module, in every direction", () => {
