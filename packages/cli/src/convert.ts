@@ -13,6 +13,7 @@ import {
   type TensorExtent,
   type TensorFormat,
   type TensorSource,
+  guardedExtent,
   withContext,
 } from "@st-convert/core";
 import { createFileSink, removeStaleTempFiles } from "@st-convert/core/node";
@@ -289,18 +290,15 @@ class ObservedEntry implements TensorEntry {
     if (inner === undefined) return undefined;
     const progress = this.progress;
     progress.signal?.throwIfAborted();
-    const { check, crc32 } = inner;
-    const blamed = <T>(done: Promise<T>): Promise<T> =>
+    // Every way the check runs is kept (a CRC-32 the copy takes needs no read of its own).
+    const blamed = guardedExtent(inner, (done) =>
       done.catch((error: unknown) => {
         progress.inRead = true;
         throw error;
-      });
+      }),
+    );
     return {
-      source: inner.source,
-      offset: inner.offset,
-      check: check === undefined ? undefined : () => blamed(check()),
-      // Kept: where the sink takes the CRC as it copies, the check needs no read of its own.
-      crc32: crc32 === undefined ? undefined : { initial: () => blamed(crc32.initial()), finish: (crc) => blamed(crc32.finish(crc)) },
+      ...blamed,
       copied: (bytes) => {
         inner.copied?.(bytes);
         this.reached(bytes);

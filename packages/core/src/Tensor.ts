@@ -76,21 +76,27 @@ export interface ExtentCrc32 {
   finish(crc: number): Promise<void>;
 }
 
+/**
+ * `extent` with every outcome of its check, whichever way it runs (`check`, or `crc32` folded into
+ * the copy), passed through `guard` (which may name or mark a failure); the rest as it is.
+ */
+export function guardedExtent(extent: TensorExtent, guard: <T>(done: Promise<T>) => Promise<T>): TensorExtent {
+  const { check, crc32 } = extent;
+  return {
+    ...extent,
+    check: check === undefined ? undefined : () => guard(check()),
+    crc32: crc32 === undefined ? undefined : { initial: () => guard(crc32.initial()), finish: (crc) => guard(crc32.finish(crc)) },
+  };
+}
+
 /** `extent` with the errors of its check given `where` (the file, the tensor) when they lack it, as `chunks()` would name them. */
 export function extentNamed(extent: TensorExtent, where: { file?: string; tensor?: string }): TensorExtent {
-  const { check, crc32 } = extent;
-  if (check === undefined) return extent;
-  const named = <T>(done: Promise<T>): Promise<T> =>
+  if (extent.check === undefined) return extent;
+  return guardedExtent(extent, (done) =>
     done.catch((error: unknown) => {
       throw withContext(error, where);
-    });
-  return {
-    source: extent.source,
-    offset: extent.offset,
-    copied: extent.copied,
-    check: () => named(check()),
-    crc32: crc32 === undefined ? undefined : { initial: () => named(crc32.initial()), finish: (crc) => named(crc32.finish(crc)) },
-  };
+    }),
+  );
 }
 
 /**

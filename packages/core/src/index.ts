@@ -75,6 +75,7 @@ export {
   createMetadata,
   exactChunks,
   extentNamed,
+  guardedExtent,
   hasLoneSurrogate,
   pipeTensor,
   readAhead,

@@ -91,46 +91,17 @@ static uint32_t crc_table(uint32_t r, const uint8_t* p, size_t n) {
  * as carry-less multiplication of reflected operands requires: for each lane half, n = 512 + 32 and
  * 512 - 32 (the 64-byte step), 128 + 32 and 128 - 32 (the 16-byte step).
  */
-__attribute__((target("pclmul,sse2"))) static uint32_t crc_fold(uint32_t r, const uint8_t* p, size_t n) {
-  const __m128i by64 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
-  const __m128i by16 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
-  __m128i x0 = _mm_xor_si128(_mm_loadu_si128((const __m128i*)p), _mm_cvtsi32_si128((int)r));
-  __m128i x1 = _mm_loadu_si128((const __m128i*)(p + 16));
-  __m128i x2 = _mm_loadu_si128((const __m128i*)(p + 32));
-  __m128i x3 = _mm_loadu_si128((const __m128i*)(p + 48));
-  p += 64;
-  n -= 64;
-#define FOLD(x, k, next)                                      \
-  do {                                                        \
-    __m128i low_ = _mm_clmulepi64_si128((x), (k), 0x00);      \
-    (x) = _mm_clmulepi64_si128((x), (k), 0x11);               \
-    (x) = _mm_xor_si128(_mm_xor_si128((x), low_), (next));    \
-  } while (0)
-  for (; n >= 64; p += 64, n -= 64) {
-    FOLD(x0, by64, _mm_loadu_si128((const __m128i*)p));
-    FOLD(x1, by64, _mm_loadu_si128((const __m128i*)(p + 16)));
-    FOLD(x2, by64, _mm_loadu_si128((const __m128i*)(p + 32)));
-    FOLD(x3, by64, _mm_loadu_si128((const __m128i*)(p + 48)));
-  }
-  FOLD(x0, by16, x1);
-  FOLD(x0, by16, x2);
-  FOLD(x0, by16, x3);
-  for (; n >= 16; p += 16, n -= 16) FOLD(x0, by16, _mm_loadu_si128((const __m128i*)p));
-#undef FOLD
-  uint8_t lane[16];
-  _mm_storeu_si128((__m128i*)lane, x0);
-  return crc_table(crc_table(0, lane, 16), p, n);
+/* The lane `x` multiplied forward by the step whose constants are `k`, added to `next`. */
+__attribute__((target("pclmul,sse2"))) static inline __m128i fold_lane(__m128i x, __m128i k, __m128i next) {
+  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x11), _mm_clmulepi64_si128(x, k, 0x00)), next);
 }
-#endif
 
-#if defined(__x86_64__)
-/* One 16-byte lane folded by 16 bytes onto `next`, as crc_fold's last steps. */
+/* One lane folded by 16 bytes onto `next`. */
 __attribute__((target("pclmul,sse2"))) static inline __m128i fold16(__m128i x, __m128i next) {
-  const __m128i by16 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
-  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, by16, 0x11), _mm_clmulepi64_si128(x, by16, 0x00)), next);
+  return fold_lane(x, _mm_set_epi64x(0x0ccaa009e, 0x1751997d0), next);
 }
 
-/* crc_fold's end: a lane congruent to everything read, then the rest of the bytes. */
+/* Every fold's end: a lane congruent to everything read, then the rest of the bytes. */
 __attribute__((target("pclmul,sse2"))) static uint32_t fold_tail(__m128i x, const uint8_t* p, size_t n) {
   for (; n >= 16; p += 16, n -= 16) x = fold16(x, _mm_loadu_si128((const __m128i*)p));
   uint8_t lane[16];
@@ -138,6 +109,25 @@ __attribute__((target("pclmul,sse2"))) static uint32_t fold_tail(__m128i x, cons
   return crc_table(crc_table(0, lane, 16), p, n);
 }
 
+__attribute__((target("pclmul,sse2"))) static uint32_t crc_fold(uint32_t r, const uint8_t* p, size_t n) {
+  const __m128i by64 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
+  __m128i x0 = _mm_xor_si128(_mm_loadu_si128((const __m128i*)p), _mm_cvtsi32_si128((int)r));
+  __m128i x1 = _mm_loadu_si128((const __m128i*)(p + 16));
+  __m128i x2 = _mm_loadu_si128((const __m128i*)(p + 32));
+  __m128i x3 = _mm_loadu_si128((const __m128i*)(p + 48));
+  p += 64;
+  n -= 64;
+  for (; n >= 64; p += 64, n -= 64) {
+    x0 = fold_lane(x0, by64, _mm_loadu_si128((const __m128i*)p));
+    x1 = fold_lane(x1, by64, _mm_loadu_si128((const __m128i*)(p + 16)));
+    x2 = fold_lane(x2, by64, _mm_loadu_si128((const __m128i*)(p + 32)));
+    x3 = fold_lane(x3, by64, _mm_loadu_si128((const __m128i*)(p + 48)));
+  }
+  return fold_tail(fold16(fold16(fold16(x0, x1), x2), x3), p, n);
+}
+#endif
+
+#if defined(__x86_64__)
 /*
  * crc_fold with VPCLMULQDQ on 512-bit registers (n >= 256): four registers of four lanes each,
  * every lane folded forward by 256 bytes (x^2048 steps: constants for n = 2048 + 32 and 2048 - 32)

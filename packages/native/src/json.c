@@ -1024,34 +1024,47 @@ __attribute__((target("sse4.1"))) static inline uint64_t comma_mask(const uint8_
 
 /* storeFloat32Run's block: `at` is a number's start. Returns the comma after the last number
  * stored (at when none was), *leaf_io advanced past them. */
+/* store_block's numbers of the 64-byte window at *start_io, one by one (store_block_avx2 takes a
+ * window so where it cannot take it whole): 0 once one is not of that form or the window holds
+ * no comma, the block then ends; *resume_io the comma after the last one stored. */
+__attribute__((target("sse4.1"), always_inline)) static inline int store_window_numbers(const uint8_t* buf, size_t* start_io, size_t* resume_io,
+                                                                                        float* floats, int64_t base, int64_t* leaf_io,
+                                                                                        int64_t end_leaf) {
+  size_t start = *start_io, window = start;
+  int64_t leaf = *leaf_io;
+  uint64_t commas = comma_mask(buf + window);
+  int whole = commas != 0;
+  while (commas != 0 && leaf < end_leaf) {
+    size_t end = window + (size_t)__builtin_ctzll(commas);
+    commas &= commas - 1;
+    size_t s = start + (buf[start] == 0x20);
+    uint32_t negative = buf[s] == 0x2d;
+    size_t j = s + negative;
+    struct digits q;
+    if (!number_digits(buf + j, &q) || j + q.length != end) {
+      whole = 0;
+      break;
+    }
+    /* Below 10^15: exact as a double, and never infinite as an F32. */
+    float value = (float)((double)(int64_t)q.value / exact_pow10[q.fraction_length]);
+    uint32_t bits;
+    memcpy(&bits, &value, 4);
+    bits ^= negative << 31;
+    memcpy(&floats[leaf - base], &bits, 4);
+    leaf++;
+    *resume_io = end;
+    start = end + 1;
+  }
+  *start_io = start;
+  *leaf_io = leaf;
+  return whole;
+}
+
 __attribute__((target("sse4.1"))) static size_t store_block(const uint8_t* buf, size_t n, size_t at, float* floats, int64_t base,
                                                             int64_t* leaf_io, int64_t end_leaf) {
   int64_t leaf = *leaf_io;
   size_t start = at, resume = at;
-  while (start + BLOCK_ROOM <= n && leaf < end_leaf) {
-    size_t window = start;
-    uint64_t commas = comma_mask(buf + window);
-    if (commas == 0) break;
-    do {
-      size_t end = window + (size_t)__builtin_ctzll(commas);
-      commas &= commas - 1;
-      size_t s = start + (buf[start] == 0x20);
-      uint32_t negative = buf[s] == 0x2d;
-      size_t j = s + negative;
-      struct digits q;
-      if (!number_digits(buf + j, &q) || j + q.length != end) goto done;
-      /* Below 10^15: exact as a double, and never infinite as an F32. */
-      float value = (float)((double)(int64_t)q.value / exact_pow10[q.fraction_length]);
-      uint32_t bits;
-      memcpy(&bits, &value, 4);
-      bits ^= negative << 31;
-      memcpy(&floats[leaf - base], &bits, 4);
-      leaf++;
-      resume = end;
-      start = end + 1;
-    } while (commas != 0 && leaf < end_leaf);
-  }
-done:
+  while (start + BLOCK_ROOM <= n && leaf < end_leaf && store_window_numbers(buf, &start, &resume, floats, base, &leaf, end_leaf));
   *leaf_io = leaf;
   return resume;
 }
@@ -1110,16 +1123,15 @@ __attribute__((target("avx2"))) static void classes_avx2(const uint8_t* p, struc
   *c = (struct byte_classes){digit, class_avx2(a, b, 0x2c), class_avx2(a, b, 0x20), class_avx2(a, b, 0x2d), class_avx2(a, b, 0x2e), class_avx2(a, b, 0x30)};
 }
 
-__attribute__((target("sse4.1"))) static size_t count_window(const uint8_t* p, int64_t kinds, int64_t* tokens) {
-  struct byte_classes c;
-  if (has_avx2)
-    classes_avx2(p, &c);
-  else
-    classes_sse41(p, &c);
-  uint64_t digit = c.digit, comma = c.comma, space = c.space, minus = c.minus, point = c.point, zero = c.zero;
+/*
+ * The judgement count_window describes, from a window's byte classes: the bytes from just after
+ * its first comma through its last comma (bit i: byte i) when every number between them is of
+ * that form, else 0 (no whole number, or one not of that form).
+ */
+static inline uint64_t whole_numbers(const struct byte_classes* c) {
+  uint64_t digit = c->digit, comma = c->comma, space = c->space, minus = c->minus, point = c->point, zero = c->zero;
   if ((comma & ~1ull) == 0) return 0;
-  int last = 63 - __builtin_clzll(comma);
-  uint64_t last_bit = 1ull << last;
+  uint64_t last_bit = 1ull << (63 - __builtin_clzll(comma));
   uint64_t inside = (last_bit - 1) & ~1ull, through = inside | last_bit;
   uint64_t bad = ~(digit | comma | space | minus | point) & inside;
   bad |= space & ~(comma << 1) & inside;
@@ -1138,10 +1150,22 @@ __attribute__((target("sse4.1"))) static size_t count_window(const uint8_t* p, i
   run &= run >> 4;
   run &= run >> 8;
   bad |= run;
-  if (bad != 0) return 0;
-  int64_t count = __builtin_popcountll(comma & through);
-  int64_t floats = __builtin_popcountll(point & inside);
-  if ((!(kinds & LEAF_FLOAT) && floats != 0) || (!(kinds & LEAF_INTEGER) && floats != count) || (!(kinds & LEAF_NEGATIVE) && (minus & inside) != 0))
+  return bad == 0 ? through : 0;
+}
+
+__attribute__((target("sse4.1"))) static size_t count_window(const uint8_t* p, int64_t kinds, int64_t* tokens) {
+  struct byte_classes c;
+  if (has_avx2)
+    classes_avx2(p, &c);
+  else
+    classes_sse41(p, &c);
+  uint64_t through = whole_numbers(&c);
+  if (through == 0) return 0;
+  int last = 63 - __builtin_clzll(through);
+  uint64_t inside = through & ~(1ull << last);
+  int64_t count = __builtin_popcountll(c.comma & through);
+  int64_t floats = __builtin_popcountll(c.point & inside);
+  if ((!(kinds & LEAF_FLOAT) && floats != 0) || (!(kinds & LEAF_INTEGER) && floats != count) || (!(kinds & LEAF_NEGATIVE) && (c.minus & inside) != 0))
     return 0;
   *tokens = count;
   return (size_t)last;
@@ -1213,31 +1237,10 @@ static void store_divisors_initialize(void) {
 __attribute__((target("avx2,bmi,bmi2"))) static inline uint64_t store_window(const uint8_t* p, uint64_t* last_out) {
   struct byte_classes c;
   classes_avx2(p, &c);
-  uint64_t digit = c.digit, comma = c.comma, space = c.space, minus = c.minus, point = c.point, zero = c.zero;
-  if ((comma & ~1ull) == 0) return 0;
-  int last = 63 - __builtin_clzll(comma);
-  uint64_t last_bit = 1ull << last;
-  uint64_t inside = (last_bit - 1) & ~1ull, through = inside | last_bit;
-  uint64_t bad = ~(digit | comma | space | minus | point) & inside;
-  bad |= space & ~(comma << 1) & inside;
-  uint64_t starts = ((comma << 1) & ~space) | (space << 1);
-  bad |= minus & ~starts & inside;
-  uint64_t first = (starts & ~minus) | (minus << 1);
-  bad |= first & ~digit & through;
-  bad |= ((first & zero) << 1) & digit & inside;
-  bad |= point & ~(digit << 1) & inside;
-  bad |= (point << 1) & ~digit & through;
-  uint64_t fraction_starts = (point << 1) & inside;
-  bad |= ((digit & inside) + fraction_starts) & ~digit & point;
-  uint64_t run = (digit | point) & inside;
-  run &= run >> 1;
-  run &= run >> 2;
-  run &= run >> 4;
-  run &= run >> 8;
-  bad |= run;
-  if (bad != 0) return 0;
-  *last_out = (uint64_t)last;
-  return comma & through;
+  uint64_t through = whole_numbers(&c);
+  if (through == 0) return 0;
+  *last_out = (uint64_t)(63 - __builtin_clzll(through));
+  return c.comma & through;
 }
 
 /* One 128-bit lane per number: the 16 bytes before its end, reversed (byte 0 its last digit).
@@ -1348,31 +1351,10 @@ __attribute__((target("avx2,bmi,bmi2"))) static size_t store_block_avx2(const ui
       store_listed(buf, ends, listed, floats + (listed_from - base), 1);
       listed = 0;
     }
+    int whole = store_window_numbers(buf, &start, &resume, floats, base, &leaf, end_leaf);
     listed_from = leaf;
-    /* store_block's loop, for this window. */
-    window = start;
-    uint64_t commas = comma_mask(buf + window);
-    if (commas == 0) break;
-    do {
-      size_t end = window + (size_t)__builtin_ctzll(commas);
-      commas &= commas - 1;
-      size_t s = start + (buf[start] == 0x20);
-      uint32_t negative = buf[s] == 0x2d;
-      size_t j = s + negative;
-      struct digits q;
-      if (!number_digits(buf + j, &q) || j + q.length != end) goto done;
-      float value = (float)((double)(int64_t)q.value / exact_pow10[q.fraction_length]);
-      uint32_t bits;
-      memcpy(&bits, &value, 4);
-      bits ^= negative << 31;
-      memcpy(&floats[leaf - base], &bits, 4);
-      leaf++;
-      resume = end;
-      start = end + 1;
-    } while (commas != 0 && leaf < end_leaf);
-    listed_from = leaf;
+    if (!whole) break;
   }
-done:
   if (listed != 0) store_listed(buf, ends, listed, floats + (listed_from - base), 1);
   *leaf_io = leaf;
   return resume;
