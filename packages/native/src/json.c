@@ -1126,12 +1126,13 @@ __attribute__((target("avx2"))) static void classes_avx2(const uint8_t* p, struc
 /*
  * The judgement count_window describes, from a window's byte classes: the bytes from just after
  * its first comma through its last comma (bit i: byte i) when every number between them is of
- * that form, else 0 (no whole number, or one not of that form).
+ * that form, else 0 (no whole number, or one not of that form); *last the last comma's position.
  */
-static inline uint64_t whole_numbers(const struct byte_classes* c) {
+__attribute__((always_inline)) static inline uint64_t whole_numbers(const struct byte_classes* c, int* last) {
   uint64_t digit = c->digit, comma = c->comma, space = c->space, minus = c->minus, point = c->point, zero = c->zero;
   if ((comma & ~1ull) == 0) return 0;
-  uint64_t last_bit = 1ull << (63 - __builtin_clzll(comma));
+  *last = 63 - __builtin_clzll(comma);
+  uint64_t last_bit = 1ull << *last;
   uint64_t inside = (last_bit - 1) & ~1ull, through = inside | last_bit;
   uint64_t bad = ~(digit | comma | space | minus | point) & inside;
   bad |= space & ~(comma << 1) & inside;
@@ -1159,9 +1160,9 @@ __attribute__((target("sse4.1"))) static size_t count_window(const uint8_t* p, i
     classes_avx2(p, &c);
   else
     classes_sse41(p, &c);
-  uint64_t through = whole_numbers(&c);
+  int last;
+  uint64_t through = whole_numbers(&c, &last);
   if (through == 0) return 0;
-  int last = 63 - __builtin_clzll(through);
   uint64_t inside = through & ~(1ull << last);
   int64_t count = __builtin_popcountll(c.comma & through);
   int64_t floats = __builtin_popcountll(c.point & inside);
@@ -1237,9 +1238,10 @@ static void store_divisors_initialize(void) {
 __attribute__((target("avx2,bmi,bmi2"))) static inline uint64_t store_window(const uint8_t* p, uint64_t* last_out) {
   struct byte_classes c;
   classes_avx2(p, &c);
-  uint64_t through = whole_numbers(&c);
+  int last;
+  uint64_t through = whole_numbers(&c, &last);
   if (through == 0) return 0;
-  *last_out = (uint64_t)(63 - __builtin_clzll(through));
+  *last_out = (uint64_t)last;
   return c.comma & through;
 }
 
