@@ -16,11 +16,11 @@ import {
   guardedExtent,
   withContext,
 } from "@st-convert/core";
-import { createFileSink, removeStaleTempFiles } from "@st-convert/core/node";
+import { createFileSink, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { FORMATS, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
 import { type OpenedInput, type WarningListener, nameOf, openInput, withSource } from "./inspect.js";
 import type { RemoteInputOptions } from "./remoteInput.js";
-import { DEFAULT_MAX_SHARD_SIZE, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
+import { DEFAULT_MAX_SHARD_SIZE, type ShardPlan, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { plural } from "./text.js";
 import type { TransformOptions } from "./transforms.js";
 
@@ -96,13 +96,16 @@ export function convert(input: string | ByteSource, output: string | ByteSink, o
 
 /**
  * {@link convert}, for a batch: `outputAbsent` when the batch made the output's folder itself, so
- * that nothing was at the output path when it began (`createFileSink`'s `absent`).
+ * that nothing was at the output path when it began (`createFileSink`'s `absent`). For a model
+ * folder, `split` groups the tensors into the output's shards (those of the source) instead of
+ * the size limit; the output then names the index.
  */
 export async function convertInto(
   input: string | ByteSource,
   output: string | ByteSink,
   options: ConvertOptions,
   outputAbsent: boolean,
+  split?: (tensors: readonly TensorEntry[]) => ShardPlan,
 ): Promise<ConvertResult> {
   const formats = options.formats ?? FORMATS;
   const inputName = nameOf(input, "<input>");
@@ -140,11 +143,19 @@ export async function convertInto(
       };
       if (sharding !== undefined) {
         try {
-          const written = await writeShards(observed.source, sharding.target, sharding.maxShardSize, {
+          const written = await writeShards(observed.source, sharding.target, split ?? sharding.maxShardSize, {
             force: options.force ?? false,
             write: async (part, sink, fileName) => {
               await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(fileName), fileName });
               options.signal?.throwIfAborted();
+            },
+            aliasesOf: async (path, fileName) => {
+              const file = await openFileSource(path);
+              try {
+                return Object.keys((await outputFormat.open(file, { options: {}, fileName })).aliases ?? {});
+              } finally {
+                await file.close();
+              }
             },
           });
           for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);

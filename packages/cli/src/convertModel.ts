@@ -6,14 +6,15 @@
  * (config.json, tokenizer files) are copied when asked. Everything is written into a staging
  * folder inside the output folder and moved into place only when all of it succeeded.
  */
-import { copyFile, mkdir, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
-import { join } from "node:path";
-import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
+import { copyFile, mkdir, readFile, readdir, rm, stat } from "node:fs/promises";
+import { basename, join } from "node:path";
+import { MAX_INDEX_SIZE, StConvertError, type TensorEntry, type TensorFormat, isStConvertError, parseShardIndex } from "@st-convert/core";
 import { openFileSource, replaceFile } from "@st-convert/core/node";
-import { type ConvertOptions, convert, inspect } from "./convert.js";
+import { type ConvertOptions, convert, convertInto } from "./convert.js";
 import { FORMATS, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
-import { type ShardPlan, type ShardedTensor, indexJson, shardable } from "./shards.js";
+import { type ShardPlan, shardName, shardable } from "./shards.js";
 import { parameterCount } from "./text.js";
+import { compileTransforms, renamedName } from "./transforms.js";
 
 /** Options of {@link convertModel}: those of `convert()` (`to` required) plus what to do with the other files. */
 export interface ConvertModelOptions extends ConvertOptions {
@@ -121,10 +122,9 @@ export async function convertModel(inputDir: string, outputDir: string, options:
 interface IndexCheckpoint {
   path: string;
   name: string;
-  /** Shard file names in the order they first appear in `weight_map`. */
+  /** Shard file names (normalized: `./x` is `x`) in the order they first appear in `weight_map`. */
   shards: string[];
-  weightMap: Record<string, string>;
-  metadata: Record<string, unknown>;
+  weightMap: ReadonlyMap<string, string>;
 }
 
 interface Layout {
@@ -132,9 +132,6 @@ interface Layout {
   singles: string[];
   others: string[];
 }
-
-/** Largest index file read here (the index reader has the same limit). */
-const MAX_INDEX_BYTES = 64 * 1024 * 1024;
 
 /** The folder's checkpoints (indexes and single files, shards belonging to their index) and other files. */
 async function readLayout(dir: string, formats: readonly TensorFormat[]): Promise<Layout> {
@@ -148,27 +145,14 @@ async function readLayout(dir: string, formats: readonly TensorFormat[]): Promis
     const format = formatByExtension(name, formats);
     if (format?.namedOnly !== true || !name.endsWith(".index.json")) continue;
     const path = join(dir, name);
-    if ((await stat(path)).size > MAX_INDEX_BYTES)
-      throw new StConvertError("LimitExceeded", `the index is larger than ${MAX_INDEX_BYTES} bytes`, { file: path });
-    let parsed: { weight_map?: unknown; metadata?: unknown };
-    try {
-      parsed = JSON.parse(await readFile(path, "utf8")) as typeof parsed;
-    } catch (error) {
-      throw new StConvertError("InvalidIndex", `not JSON: ${(error as Error).message}`, { file: path });
-    }
-    const weightMap = parsed.weight_map;
-    if (typeof weightMap !== "object" || weightMap === null || Array.isArray(weightMap))
-      throw new StConvertError("InvalidIndex", "no weight_map object", { file: path });
-    const shards: string[] = [];
-    for (const [tensor, shard] of Object.entries(weightMap)) {
-      if (typeof shard !== "string" || shard === "" || /[\\/]/.test(shard) || shard === "." || shard === "..") {
-        throw new StConvertError("InvalidIndex", `shard name ${JSON.stringify(shard)} is not a file name beside the index`, { file: path, tensor });
-      }
-      if (!shards.includes(shard)) shards.push(shard);
-      sharded.add(shard);
-    }
-    const metadata = typeof parsed.metadata === "object" && parsed.metadata !== null ? (parsed.metadata as Record<string, unknown>) : {};
-    indexes.push({ path, name, shards, weightMap: weightMap as Record<string, string>, metadata });
+    const info = await stat(path);
+    // A FIFO would block the read below; an index, like its shards, must be a file.
+    if (!info.isFile()) throw new StConvertError("Io", "is not a regular file; an index must be one", { file: path });
+    if (info.size > MAX_INDEX_SIZE) throw new StConvertError("LimitExceeded", `the index is larger than ${MAX_INDEX_SIZE} bytes`, { file: path });
+    // Judged as the index reader judges it (it reads the index again, with the shards).
+    const parsed = parseShardIndex(await readFile(path), { file: path });
+    for (const shard of parsed.shards) sharded.add(shard);
+    indexes.push({ path, name, shards: [...parsed.shards], weightMap: parsed.weightMap });
   }
   const singles: string[] = [];
   const others: string[] = [];
@@ -253,40 +237,45 @@ function planIndex(
       },
     };
   }
-  // As the source was: shard k of the source becomes shard k of the output, and the index is rewritten.
-  const renamed = new Map(index.shards.map((shard) => [shard, targetName(shard, formats, to)]));
+  // As the source was: shard k of the source becomes shard k of the output, and the index is
+  // rewritten. The checkpoint is read through its index, as when the index is named: the same
+  // checks, its metadata and tied weights, and shards that are not regular files refused.
+  const renamed = new Map(index.shards.map((shard) => [shard, targetName(basename(shard), formats, to)]));
   const outIndex = `${outWeights}.index.json`;
+  // The shards' tensors by the names they are written under (--rename applies before the split).
+  const transforms = compileTransforms(options);
+  const shardOf = new Map([...index.weightMap].map(([name, shard]) => [renamedName(transforms, name), shard]));
+  const split = (tensors: readonly TensorEntry[]): ShardPlan => {
+    const groups = new Map<string, TensorEntry[]>([...renamed.values()].map((name) => [name, []]));
+    let totalSize = 0;
+    let totalParameters = 0;
+    for (const tensor of tensors) {
+      const shard = shardOf.get(tensor.name);
+      const group = shard === undefined ? undefined : groups.get(renamed.get(shard)!);
+      // The index reader gives only tensors the index maps, so every one has its shard.
+      if (group === undefined) throw new StConvertError("InvalidIndex", "the index does not map this tensor", { file: index.path, tensor: tensor.name });
+      group.push(tensor);
+      totalSize += tensor.byteLength;
+      totalParameters += parameterCount(tensor.shape);
+    }
+    // Shards the selection emptied are left out, and the rest numbered again.
+    const kept = [...groups].filter(([, group]) => group.length > 0);
+    const renumber = kept.length !== groups.size;
+    return {
+      shards: kept.map(([name, group], i) => ({ name: renumber ? shardName(outWeights, i + 1, kept.length) : name, tensors: group })),
+      sharded: true,
+      totalSize,
+      totalParameters,
+    };
+  };
   return {
     names: [...renamed.values(), outIndex],
     run: async (staging) => {
-      const dir = join(index.path, "..");
-      let tensors = 0;
-      let bytes = 0;
-      let parameters = 0;
-      const plan: ShardPlan<ShardedTensor> = { shards: [], sharded: true, totalSize: 0, totalParameters: 0 };
-      for (const [shard, output] of renamed) {
-        const result = await convert(join(dir, shard), join(staging, output), checkpointOptions(options, warn));
-        tensors += result.tensors;
-        bytes += result.bytes;
-        const written = await inspect(join(staging, output), { formats: options.formats });
-        for (const t of written.tensors) parameters += parameterCount(t.shape);
-        plan.shards.push({ name: output, tensors: written.tensors });
-      }
-      const mapped = new Set(plan.shards.flatMap((s) => s.tensors.map((t) => t.name)));
-      for (const name of Object.keys(index.weightMap)) {
-        if (!mapped.has(name))
-          throw new StConvertError("InvalidIndex", "the index maps a tensor that its shard does not hold", { file: index.path, tensor: name });
-      }
-      plan.totalSize = bytes;
-      plan.totalParameters = parameters;
-      await writeIndexFile(join(staging, outIndex), plan);
-      return { input: index.path, output: outIndex, files: [...renamed.values(), outIndex], tensors, bytes };
+      const result = await convertInto(index.path, join(staging, outIndex), checkpointOptions(options, warn), false, split);
+      const files = result.files.map((f) => f.slice(staging.length + 1));
+      return { input: index.path, output: outIndex, files, tensors: result.tensors, bytes: result.bytes };
     },
   };
-}
-
-async function writeIndexFile(path: string, plan: ShardPlan<ShardedTensor>): Promise<void> {
-  await writeFile(path, indexJson(plan), { flag: "wx" });
 }
 
 /** The options of each checkpoint's conversion: the caller's, with warnings collected. */

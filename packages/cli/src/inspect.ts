@@ -106,7 +106,7 @@ export async function withSource<T>(
     }
     const file = isRemoteInput(input)
       ? await openRemote((await import("./remoteInput.js")).remoteSibling(input, sibling), remote)
-      : await openFileSource(join(dirname(input), sibling));
+      : await openFileSource(join(dirname(input), sibling), { regularOnly: true });
     opened.push(file);
     return file;
   };

@@ -7,7 +7,7 @@
  */
 import { mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { type ByteSink, StConvertError, type TensorEntry, type TensorFormat, type TensorSource } from "@st-convert/core";
+import { type ByteSink, StConvertError, type TensorEntry, type TensorFormat, type TensorSource, createMetadata, splitAliases } from "@st-convert/core";
 import { type AtomicFileSink, createFileSink } from "@st-convert/core/node";
 import { parameterCount } from "./text.js";
 
@@ -99,8 +99,12 @@ export function shardName(weightsName: string, k: number, n: number): string {
 export type ShardedTensor = Pick<TensorEntry, "name" | "shape" | "byteLength">;
 
 export interface ShardPlan<T extends ShardedTensor = TensorEntry> {
-  /** File names and their tensors, in the order written; one unsharded file when `sharded` is false. */
-  shards: { name: string; tensors: T[] }[];
+  /**
+   * File names and their tensors, in the order written; one unsharded file when `sharded` is false.
+   * `aliases`: the names the written file holds as another tensor's (tied weights, in a format
+   * that holds them as names), which the index lists too.
+   */
+  shards: { name: string; tensors: T[]; aliases?: string[] }[];
   sharded: boolean;
   totalSize: number;
   totalParameters: number;
@@ -151,7 +155,10 @@ export function planShards<T extends ShardedTensor>(tensors: readonly T[], maxSh
  */
 export function indexJson(plan: ShardPlan<ShardedTensor>): string {
   const weightMap = new Map<string, string>();
-  for (const shard of plan.shards) for (const t of shard.tensors) weightMap.set(t.name, shard.name);
+  for (const shard of plan.shards) {
+    for (const t of shard.tensors) weightMap.set(t.name, shard.name);
+    for (const name of shard.aliases ?? []) weightMap.set(name, shard.name);
+  }
   const entries = [...weightMap].sort(([a], [b]) => compareCodePoints(a, b));
   const map = entries.length === 0 ? "{}" : `{\n${entries.map(([k, v]) => `    ${pyString(k)}: ${pyString(v)}`).join(",\n")}\n  }`;
   return `{\n  "metadata": {\n    "total_parameters": ${plan.totalParameters},\n    "total_size": ${plan.totalSize}\n  },\n  "weight_map": ${map}\n}\n`;
@@ -192,8 +199,9 @@ export interface ShardsWritten {
 }
 
 /**
- * Writes `source` as shards of at most `maxShardSize` bytes (a larger tensor alone), each through
- * `options.write` (the output format's writer), plus the index. Every file goes to a temporary name first; they are put in place only when all
+ * Writes `source` as shards of at most `split` bytes (a larger tensor alone), or as `split` groups
+ * them, each through `options.write` (the output format's writer), plus the index, which maps
+ * every tensor and every alias the shard holds as a name (`options.aliasesOf`) to its shard. Every file goes to a temporary name first; they are put in place only when all
  * were written. With `force`, an existing set is replaced whole: shards of the same name pattern
  * that the new set does not name are removed, and so is a stale index or unsharded file.
  * @throws StConvertError `OutputExists` when a file of the new set exists and `force` is off.
@@ -201,10 +209,15 @@ export interface ShardsWritten {
 export async function writeShards(
   source: TensorSource,
   target: ShardTarget,
-  maxShardSize: number,
-  options: { force: boolean; write: (part: TensorSource, sink: ByteSink, fileName: string) => Promise<void> },
+  split: number | ((tensors: readonly TensorEntry[]) => ShardPlan),
+  options: {
+    force: boolean;
+    write: (part: TensorSource, sink: ByteSink, fileName: string) => Promise<void>;
+    /** The names a written shard holds as another tensor's, as the output format reads the file back. */
+    aliasesOf?: (path: string, fileName: string) => Promise<readonly string[]>;
+  },
 ): Promise<ShardsWritten> {
-  const plan = planShards(source.tensors, maxShardSize, target.weightsName);
+  const plan = typeof split === "number" ? planShards(source.tensors, split, target.weightsName) : split(source.tensors);
   const names = plan.shards.map((s) => s.name);
   if (plan.sharded) names.push(target.indexName);
   if (!options.force) {
@@ -234,10 +247,17 @@ export async function writeShards(
     return sink;
   };
   try {
+    // Aliases go with the tensor they name, into its shard alone: elsewhere they would name
+    // nothing (and a writer would report them dropped). The rest of the metadata goes everywhere.
+    const { aliases, rest } = splitAliases(source.metadata, source.tensors);
     for (const shard of plan.shards) {
       const sink = await open(shard.name);
-      await options.write({ metadata: source.metadata, tensors: shard.tensors }, sink, sink.name);
+      const held = new Set(shard.tensors.map((t) => t.name));
+      const own = Object.entries(aliases).filter(([, kept]) => held.has(kept));
+      const metadata = plan.sharded ? (rest === null && own.length === 0 ? null : createMetadata([...Object.entries(rest ?? {}), ...own])) : source.metadata;
+      await options.write({ metadata, tensors: shard.tensors }, sink, sink.name);
       await sink.close();
+      if (plan.sharded && own.length > 0 && options.aliasesOf !== undefined) shard.aliases = [...(await options.aliasesOf(sink.tempPath, sink.name))];
     }
     if (plan.sharded) {
       const sink = await open(target.indexName);

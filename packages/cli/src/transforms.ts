@@ -133,7 +133,7 @@ export function transformTensors(source: TensorSource, options: TransformOptions
     const to = transforms.cast.length === 0 ? undefined : castTarget(transforms.cast, read.name, read.dtype);
     const entry = to === undefined ? read : castTensor(read, to);
     if (to !== undefined) casts++;
-    const name = transforms.rename.reduce((n, rule) => n.replace(rule.pattern, rule.replacement), entry.name);
+    const name = renamedName(transforms, entry.name);
     const clash = renamedFrom.get(name);
     if (clash !== undefined) {
       throw new StConvertError("InvalidArgument", `--rename maps both ${quoteName(clash)} and ${quoteName(entry.name)} to ${quoteName(name)}`, {
@@ -147,6 +147,11 @@ export function transformTensors(source: TensorSource, options: TransformOptions
   if (casts > 0 && transforms.recordCast) extra.push([CAST_METADATA_KEY, formatCastRules(transforms.cast)]);
   const metadata = extra.length === 0 ? source.metadata : createMetadata([...Object.entries(source.metadata ?? {}), ...extra]);
   return { metadata, tensors };
+}
+
+/** A tensor's name after the rename rules. */
+export function renamedName(transforms: CompiledTransforms, name: string): string {
+  return transforms.rename.reduce((n, rule) => n.replace(rule.pattern, rule.replacement), name);
 }
 
 function renamed(entry: TensorEntry, name: string): TensorEntry {

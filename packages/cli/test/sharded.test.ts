@@ -2,11 +2,12 @@
  * The command on a sharded checkpoint (huggingface_hub's own, fixtures/sharded/hub): the index
  * given as the input merges the shards; folder walks take the shards one by one.
  */
+import { execFileSync } from "node:child_process";
 import { cpSync, existsSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { readNpz } from "@st-convert/npy";
-import { fixturePath, makeTempDir, runCli } from "@st-convert/testing";
+import { expectOneLineRefusal, fixturePath, makeTempDir, runCli } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -74,5 +75,23 @@ describe("a sharded checkpoint, through its index", () => {
     const run = runCli([fixturePath("sharded", "hub"), "--out-dir", out, "--to", "npz", "--quiet"]);
     expect(run.status).toBe(0);
     expect(readdirSync(out).sort()).toEqual(manifest.shards.map((s) => s.replace(/\.safetensors$/, ".npz")).sort());
+  });
+
+  // No timing involved: a FIFO is refused by its type before anything opens it for reading, so
+  // the commands end; today's code opened it and waited for a writer forever.
+  it.skipIf(process.platform === "win32")("refuses a shard that is a FIFO, in info, a conversion and the folder form, without opening it", () => {
+    const copy = join(dir, "ckpt");
+    cpSync(fixturePath("sharded", "hub"), copy, { recursive: true });
+    const shard = join(copy, manifest.shards[1]!);
+    rmSync(shard);
+    execFileSync("mkfifo", [shard]);
+    const indexCopy = join(copy, "model.safetensors.index.json");
+    const rule = `${shard}: is a FIFO, not a regular file; an index's shards must be regular files [Io]`;
+    expect(expectOneLineRefusal(["info", indexCopy], "Io")).toContain(rule);
+    expect(expectOneLineRefusal([indexCopy, join(dir, "model.safetensors")], "Io")).toContain(rule);
+    expect(readdirSync(dir)).toEqual(["ckpt"]);
+    const out = join(dir, "out");
+    expect(expectOneLineRefusal([copy, out, "--to", "torch"], "Io")).toContain(rule);
+    expect(existsSync(out) ? readdirSync(out) : []).toEqual([]);
   });
 });

@@ -116,6 +116,11 @@ export interface TensorSource {
   /** `null` when the file has none. */
   readonly metadata: Metadata | null;
   readonly tensors: readonly TensorEntry[];
+  /**
+   * Names the file holds as other names' tensors (`{removed: kept}`, tied weights), for formats
+   * that hold them as names (a PyTorch checkpoint); they are in `metadata` too. Absent for none.
+   */
+  readonly aliases?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -401,6 +406,26 @@ export function createMetadata(entries: Iterable<readonly [string, string]> = []
   const metadata: Record<string, string> = Object.create(null);
   for (const [key, value] of entries) metadata[key] = value;
   return metadata;
+}
+
+/**
+ * Splits `metadata` into tied-weight aliases and the rest. An alias is an entry `removed: kept`
+ * beside `"format": "pt"` (as safetensors' `convert.py` and PyTorch readers record tied weights)
+ * whose value names one of `tensors` and whose key names none of them.
+ */
+export function splitAliases(
+  metadata: Metadata | null,
+  tensors: readonly Pick<TensorEntry, "name">[],
+): { aliases: Record<string, string>; rest: Metadata | null } {
+  const aliases = createMetadata();
+  if (metadata === null || metadata.format !== "pt") return { aliases, rest: metadata };
+  const names = new Set(tensors.map((t) => t.name));
+  const rest = createMetadata();
+  for (const [key, value] of Object.entries(metadata)) {
+    if (key !== "format" && names.has(value) && !names.has(key)) aliases[key] = value;
+    else rest[key] = value;
+  }
+  return { aliases, rest };
 }
 
 /**

@@ -80,11 +80,15 @@ export {
   pipeTensor,
   readAhead,
   readTensorBytes,
+  splitAliases,
   tensorFromBytes,
 } from "./Tensor.js";
+export { MAX_INDEX_DEPTH, type ParseShardIndexOptions, type ShardIndex, parseShardIndex } from "./parseShardIndex.js";
 export {
   MAX_INDEX_SIZE,
   type SafetensorsIndexReadOptions,
+  type ShardContents,
+  type ShardReader,
   type ShardedSafetensors,
   readSafetensorsIndex,
   safetensorsIndexFormat,

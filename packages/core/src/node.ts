@@ -68,11 +68,22 @@ if (native !== undefined) {
  */
 export const SYNC_IO_BELOW = 64 * 1024;
 
+/** Options of {@link openFileSource}. */
+export interface OpenFileOptions {
+  /**
+   * Refuse anything but a regular file (a FIFO, a device, a socket), before opening it for
+   * reading: what an index names as a shard must be a file, and a FIFO without a writer would
+   * block the open or the first read forever. Default false: an input may be a pipe.
+   */
+  regularOnly?: boolean;
+}
+
 /**
  * Opens a file for reading ranges. The file is opened read-only and never modified.
- * @throws StConvertError `Io` when it cannot be opened (missing, a directory, no permission).
+ * @throws StConvertError `Io` when it cannot be opened (missing, a directory, no permission), or
+ *   with `regularOnly` when it is not a regular file.
  */
-export async function openFileSource(path: string): Promise<FileSource> {
+export async function openFileSource(path: string, options: OpenFileOptions = {}): Promise<FileSource> {
   // A regular file is opened synchronously. Non-blocking, so that a FIFO without a writer cannot
   // stop the process (signals included) in open(); a FIFO or device is opened again, in the pool.
   const nonBlocking = constants.O_NONBLOCK;
@@ -93,6 +104,16 @@ export async function openFileSource(path: string): Promise<FileSource> {
     if (info.isFile()) return descriptorSource(fd, path, info.size, true, () => closeSync(fd));
     closeSync(fd);
     if (info.isDirectory()) throw new StConvertError("Io", "is a directory, not a file", { file: path });
+    if (options.regularOnly === true) throw notRegular(info, path);
+  } else if (options.regularOnly === true) {
+    // Where a non-blocking open is not available, a stat first (it follows links, as open does).
+    let info: Stats;
+    try {
+      info = statSync(path);
+    } catch (error) {
+      throw ioError(error, path, "cannot open for reading");
+    }
+    if (!info.isFile()) throw notRegular(info, path);
   }
   let handle: FileHandle;
   try {
@@ -110,6 +131,19 @@ export async function openFileSource(path: string): Promise<FileSource> {
     throw ioError(error, path, "cannot read the file's size");
   }
   return descriptorSource(handle.fd, path, size, false, () => handle.close());
+}
+
+function notRegular(info: Stats, path: string): StConvertError {
+  const kind = info.isDirectory()
+    ? "a directory"
+    : info.isFIFO()
+      ? "a FIFO"
+      : info.isSocket()
+        ? "a socket"
+        : info.isCharacterDevice() || info.isBlockDevice()
+          ? "a device"
+          : "not a regular file";
+  return new StConvertError("Io", `is ${kind}, not a regular file; an index's shards must be regular files`, { file: path });
 }
 
 /** One read into `target` from `offset` of the file; resolves to the bytes read. */

@@ -5,8 +5,9 @@
  */
 import { type ByteInput, type ByteSource, toByteSource } from "./ByteSource.js";
 import { type SafetensorsReadOptions, readSafetensors } from "./safetensors.js";
-import { StConvertError, isStConvertError, quoteName, withContext } from "./StConvertError.js";
-import { type Metadata, type TensorEntry, type TensorSource, createMetadata } from "./Tensor.js";
+import { parseShardIndex } from "./parseShardIndex.js";
+import { StConvertError, withContext } from "./StConvertError.js";
+import { type Metadata, type TensorEntry, type TensorSource, createMetadata, splitAliases } from "./Tensor.js";
 import type { TensorFormat } from "./TensorFormat.js";
 
 /**
@@ -19,6 +20,8 @@ export const MAX_INDEX_SIZE = 64 * 1024 * 1024;
 export interface SafetensorsIndexReadOptions extends SafetensorsReadOptions {
   /** Largest index accepted, in bytes. Default {@link MAX_INDEX_SIZE}. */
   maxIndexSize?: number;
+  /** Deepest nesting of the index's JSON accepted. Default `MAX_INDEX_DEPTH` (where Python's json stops). */
+  maxIndexDepth?: number;
   /** Receives non-fatal notices (a `total_size` that is not the sum, metadata the shards disagree on). */
   onWarning?: (message: string) => void;
   /**
@@ -55,20 +58,29 @@ export interface ShardedSafetensors extends TensorSource {
   readonly shards: readonly string[];
   /** The index's own `metadata` object (`total_size`, …), as parsed; null when it has none. */
   readonly indexMetadata: Readonly<Record<string, unknown>> | null;
+  /** `{removed: kept}` over all shards (tied weights); also in `metadata`. */
+  readonly aliases: Readonly<Record<string, string>>;
 }
 
 /**
  * Reads a sharded checkpoint: the index from `index`, each shard it names through
  * `openShard(name)` (the caller resolves the name beside the index and closes what it opened).
- * Tensors come in `weight_map` order; metadata is what every shard's metadata agrees on (each
- * huggingface_hub shard holds `{"format": "pt"}`).
+ * Tensors come in `weight_map` order. The metadata is what every shard's metadata agrees on (each
+ * huggingface_hub shard holds `{"format": "pt"}`), then the index's own string entries for keys
+ * the shards do not set (`total_size` and `total_parameters` left out: they describe the split;
+ * on a clash the shards' value wins, with a notice), then every shard's aliases (`{removed:
+ * kept}`, tied weights: a torch shard's second name for a tensor, or a safetensors shard's
+ * `{"format": "pt"}` metadata entries naming one of its tensors).
+ *
+ * The index is judged as huggingface_hub's loader judges it (see {@link parseShardIndex}).
  *
  * Stricter than the loaders, which load whatever the shards hold: the index and the shards must
  * agree exactly, so that a conversion holds what the index promises.
- * @throws StConvertError `InvalidIndex` for an index that is not one (not JSON, no `weight_map`,
- *   a shard name that is absolute, climbs out with `..`, or does not end in `.safetensors`), or
+ * @throws StConvertError `InvalidIndex` for an index that is not one (not JSON as Python reads it,
+ *   a byte order mark, no `weight_map`, a shard name that is absolute, climbs out with `..`, or
+ *   does not end in `.safetensors`), or
  *   shards that hold a tensor the index does not map to them; `TensorNotFound` for a mapped tensor
- *   its shard does not hold; `LimitExceeded` past `maxIndexSize`; every shard's safetensors codes,
+ *   its shard does not hold; `LimitExceeded` past `maxIndexSize` or `maxIndexDepth`; every shard's safetensors codes,
  *   naming the shard.
  */
 export async function readSafetensorsIndex(
@@ -86,32 +98,20 @@ export async function readSafetensorsIndex(
       file: source.name,
     });
   }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(await source.read(0, source.size)));
-  } catch (error) {
-    if (isStConvertError(error)) throw error;
-    bad(`not a JSON index: ${error instanceof Error ? error.message : String(error)}`);
-  }
-  if (!isObject(parsed)) return bad('not an index: a JSON object with a "weight_map" is expected');
-  const weightMap = parsed.weight_map;
-  if (!isObject(weightMap)) return bad('not an index: "weight_map" must be an object mapping tensor names to shard files');
-  const metadata = parsed.metadata;
-  if (metadata !== undefined && metadata !== null && !isObject(metadata)) bad('"metadata" must be an object');
-  const indexMetadata = isObject(metadata) ? metadata : null;
-
-  const reader: ShardReader = options.shards ?? { extensions: [".safetensors"], read: (shard) => readSafetensors(shard, options) };
-  // Tensor → shard, and the shards in order of first appearance.
-  const shardOf = new Map<string, string>();
-  for (const [name, shard] of Object.entries(weightMap)) {
-    if (typeof shard !== "string") bad(`weight_map maps ${quoteName(name)} to ${JSON.stringify(shard)}, not to a file name`, name);
-    checkShardName(shard as string, reader.extensions, bad);
-    shardOf.set(name, shard as string);
-  }
-  const shards = [...new Set(shardOf.values())];
+  const reader: ShardReader = options.shards ?? { extensions: [".safetensors"], read: (shard) => readSafetensorsShard(shard, options) };
+  const parsed = parseShardIndex(await source.read(0, source.size), {
+    file: source.name,
+    extensions: reader.extensions,
+    maxDepth: options.maxIndexDepth,
+    onWarning: options.onWarning,
+  });
+  const indexMetadata = parsed.metadata;
+  const shardOf = parsed.weightMap;
+  const shards = parsed.shards;
 
   const byName = new Map<string, TensorEntry>();
   const aliased = new Set<string>();
+  const allAliases: Record<string, string> = createMetadata();
   const shardMetadata: (Metadata | null)[] = [];
   for (const shard of shards) {
     try {
@@ -120,7 +120,8 @@ export async function readSafetensorsIndex(
       const aliases = Object.keys(file.aliases ?? {});
       for (const name of [...file.tensors.map((t) => t.name), ...aliases]) {
         const mapped = shardOf.get(name);
-        if (mapped !== shard) {
+        // A tied name may go unlisted (an index of huggingface_hub's safetensors form lists only the kept one).
+        if (mapped !== shard && !(mapped === undefined && file.aliases?.[name] !== undefined)) {
           bad(
             mapped === undefined
               ? `shard ${JSON.stringify(shard)} holds a tensor the index does not list`
@@ -131,6 +132,7 @@ export async function readSafetensorsIndex(
       }
       for (const tensor of file.tensors) byName.set(tensor.name, tensor);
       for (const name of aliases) aliased.add(name);
+      Object.assign(allAliases, file.aliases);
     } catch (error) {
       throw withContext(error, { file: shard });
     }
@@ -151,29 +153,55 @@ export async function readSafetensorsIndex(
   }
   return {
     format: "safetensors-index",
-    metadata: agreedMetadata(shardMetadata, options.onWarning),
+    metadata: mergedMetadata(agreedMetadata(shardMetadata, options.onWarning), indexMetadata, allAliases, options.onWarning),
     tensors,
     shards,
     indexMetadata,
+    aliases: allAliases,
   };
 }
 
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
+/** A safetensors shard: its tensors, and the aliases its metadata records (`{"format": "pt", removed: kept}`). */
+async function readSafetensorsShard(shard: ByteSource, options: SafetensorsReadOptions): Promise<ShardContents> {
+  const file = await readSafetensors(shard, options);
+  const { aliases, rest } = splitAliases(file.metadata, file.tensors);
+  return { tensors: file.tensors, metadata: rest, aliases };
 }
 
 /**
- * The loaders' rule (huggingface_hub parses names as Windows paths and refuses a drive, a root or
- * a `..` part), with the format's extension required: an index cannot make st-convert read a
- * file outside its folder.
+ * Entries of the index's own metadata that describe the set of shards, not the tensors: a merged
+ * file says its own size, and these would be wrong for any other split.
  */
-function checkShardName(name: string, extensions: readonly string[], bad: (rule: string) => never): void {
-  const shown = JSON.stringify(name);
-  if (name === "" || name.includes("\0")) bad(`shard name ${shown} is not a file name`);
-  if (/^[A-Za-z]:/.test(name) || name.startsWith("/") || name.startsWith("\\"))
-    bad(`shard name ${shown} is an absolute path; shards must lie beside the index`);
-  if (name.split(/[\\/]/).includes("..")) bad(`shard name ${shown} climbs out of the index's folder with ".."`);
-  if (!extensions.some((e) => name.endsWith(e))) bad(`shard name ${shown} does not end in ${extensions.join(", ")}`);
+const INDEX_ONLY_METADATA = new Set(["total_size", "total_parameters"]);
+
+/**
+ * The merged checkpoint's metadata: what the shards agree on, then the index's own string entries
+ * for keys the shards do not set (on a clash the shards win, with a notice: each shard's header
+ * is what a loader of that file sees), then every shard's aliases.
+ */
+function mergedMetadata(
+  shards: Metadata | null,
+  index: Readonly<Record<string, unknown>> | null,
+  aliases: Readonly<Record<string, string>>,
+  onWarning?: (message: string) => void,
+): Metadata | null {
+  const merged: [string, string][] = Object.entries(shards ?? {});
+  for (const [key, value] of Object.entries(index ?? {})) {
+    if (INDEX_ONLY_METADATA.has(key)) continue;
+    if (typeof value !== "string") {
+      onWarning?.(`the index's metadata ${JSON.stringify(key)} is not a string (a file's metadata holds strings only); dropped`);
+      continue;
+    }
+    const shardValue = shards?.[key];
+    if (shardValue === undefined) merged.push([key, value]);
+    else if (shardValue !== value) {
+      onWarning?.(
+        `metadata ${JSON.stringify(key)} is ${JSON.stringify(value)} in the index but ${JSON.stringify(shardValue)} in the shards; the shards' value is kept`,
+      );
+    }
+  }
+  for (const [removed, kept] of Object.entries(aliases)) if (!merged.some(([key]) => key === removed)) merged.push([removed, kept]);
+  return merged.length === 0 ? null : createMetadata(merged);
 }
 
 /** The metadata entries every shard has with the same value; a notice for each it drops. */

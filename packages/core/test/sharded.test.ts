@@ -76,7 +76,14 @@ describe("readSafetensorsIndex refuses an index that does not hold together", ()
     ["a shard name climbing out", withMap({ w: "../../secret/model.safetensors" }), "InvalidIndex", /climbs out/],
     ["a backslash climbing out", withMap({ w: "sub\\..\\..\\model.safetensors" }), "InvalidIndex", /climbs out/],
     ["a shard that is not a .safetensors", withMap({ w: "model.bin" }), "InvalidIndex", /does not end in \.safetensors/],
-    ["metadata that is not an object", index('{"metadata": 3, "weight_map": {}}'), "InvalidIndex", /"metadata" must be an object/],
+    ["a UTF-8 byte order mark (Python's json.load refuses it)", index(`\ufeff${indexText}`), "InvalidIndex", /byte order mark/],
+    [
+      "nesting 5,000 deep (Python's json.load: RecursionError)",
+      index(`{"metadata": ${"[".repeat(5000)}${"]".repeat(5000)}, "weight_map": {}}`),
+      "LimitExceeded",
+      /deeper than 990 levels/,
+    ],
+    ["a trailing comma", index('{"weight_map": {},}'), "InvalidIndex", /not a JSON index/],
   ])("%s", async (_label, source, code, message) => {
     const { open, opened } = shardOpener();
     const error = await refusal(readSafetensorsIndex(source, open));
@@ -155,5 +162,74 @@ describe("readSafetensorsIndex notices", () => {
     expect({ ...file.metadata }).toEqual({ format: "pt" });
     expect(warnings).toEqual(['metadata "step" differs between shards (or some lack it); dropped']);
     expect(file.tensors.map((t) => t.name)).toEqual(["a", "b"]);
+  });
+
+  it("merges the index's own metadata after the shards' (the shards win a clash, with a notice), leaving out total_size", async () => {
+    const warnings: string[] = [];
+    const { open } = shardOpener({ "a.safetensors": shard("a", { format: "pt", step: "1" }) });
+    // As huggingface_hub's save_torch_state_dict(..., metadata={"note": "hub"}) writes it, with a tied name.
+    const metadata = { total_size: 2, note: "hub", step: "2", "lm_head.weight": "a", count: 3 };
+    const file = await readSafetensorsIndex(withMap({ a: "a.safetensors" }, metadata), open, { onWarning: (m) => warnings.push(m) });
+    expect({ ...file.metadata }).toEqual({ format: "pt", step: "1", note: "hub", "lm_head.weight": "a" });
+    expect(warnings).toEqual([
+      'metadata "step" is "2" in the index but "1" in the shards; the shards\' value is kept',
+      "the index's metadata \"count\" is not a string (a file's metadata holds strings only); dropped",
+    ]);
+  });
+
+  it("takes a safetensors shard's alias entries as tied names, which the index may list or leave out", async () => {
+    const { open } = shardOpener({ "a.safetensors": shard("embed", { format: "pt", "lm_head.weight": "embed" }) });
+    for (const map of [{ embed: "a.safetensors" }, { embed: "a.safetensors", "lm_head.weight": "a.safetensors" }]) {
+      const file = await readSafetensorsIndex(withMap(map, { total_size: 2 }), open);
+      expect(file.tensors.map((t) => t.name)).toEqual(["embed"]);
+      expect({ ...file.aliases }).toEqual({ "lm_head.weight": "embed" });
+      expect({ ...file.metadata }).toEqual({ format: "pt", "lm_head.weight": "embed" });
+    }
+  });
+});
+
+// What Python's json.load and huggingface_hub's loader accept (fixtures/reference_index.py checks
+// the same cases against them), st-convert accepts.
+describe("readSafetensorsIndex reads what huggingface_hub's loader reads", () => {
+  const shard = safetensorsFile(JSON.stringify({ w: { dtype: "U8", shape: [2], data_offsets: [0, 2] } }), Uint8Array.of(1, 2));
+
+  it("takes NaN, Infinity and -Infinity as numbers (Python's json does)", async () => {
+    const warnings: string[] = [];
+    const text = '{"metadata": {"total_size": NaN, "a": Infinity, "b": -Infinity}, "weight_map": {"w": "a.safetensors"}}';
+    const file = await readSafetensorsIndex(index(text), shardOpener({ "a.safetensors": shard }).open, { onWarning: (m) => warnings.push(m) });
+    expect(file.indexMetadata).toEqual({ total_size: Number.NaN, a: Number.POSITIVE_INFINITY, b: Number.NEGATIVE_INFINITY });
+    expect(file.tensors.map((t) => t.name)).toEqual(["w"]);
+  });
+
+  it("ignores, with a notice, a metadata that is not an object (the loader never reads it)", async () => {
+    for (const metadata of ["[1, 2]", '"text"', "3"]) {
+      const warnings: string[] = [];
+      const text = `{"metadata": ${metadata}, "weight_map": {"w": "a.safetensors"}}`;
+      const file = await readSafetensorsIndex(index(text), shardOpener({ "a.safetensors": shard }).open, { onWarning: (m) => warnings.push(m) });
+      expect(file.indexMetadata).toBeNull();
+      expect(warnings).toEqual([expect.stringMatching(/^the index's "metadata" is .*, not an object; ignored/)]);
+    }
+  });
+
+  it("reads a shard spelled x and ./x once, as one shard", async () => {
+    const two = safetensorsFile(
+      JSON.stringify({ v: { dtype: "U8", shape: [1], data_offsets: [0, 1] }, w: { dtype: "U8", shape: [1], data_offsets: [1, 2] } }),
+      Uint8Array.of(1, 2),
+    );
+    const { open, opened } = shardOpener({ "a.safetensors": two });
+    const file = await readSafetensorsIndex(withMap({ v: "a.safetensors", w: "./a.safetensors" }), open);
+    expect(file.shards).toEqual(["a.safetensors"]);
+    expect(opened).toEqual(["a.safetensors"]);
+    expect(file.tensors.map((t) => t.name)).toEqual(["v", "w"]);
+  });
+
+  it("keeps weight_map's order and a repeated key's last value, as a Python dict does", async () => {
+    const two = safetensorsFile(
+      JSON.stringify({ "1": { dtype: "U8", shape: [1], data_offsets: [0, 1] }, b: { dtype: "U8", shape: [1], data_offsets: [1, 2] } }),
+      Uint8Array.of(1, 2),
+    );
+    const text = '{"weight_map": {"b": "x.safetensors", "1": "a.safetensors", "b": "a.safetensors"}}';
+    const file = await readSafetensorsIndex(index(text), shardOpener({ "a.safetensors": two }).open);
+    expect(file.tensors.map((t) => t.name)).toEqual(["b", "1"]);
   });
 });

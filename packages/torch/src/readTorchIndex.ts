@@ -35,7 +35,8 @@ const SHARD_EXTENSIONS = [".bin", ".pt", ".pth", ".ckpt"];
  * Reads a sharded checkpoint: the index from `index`, each shard it names through
  * `openShard(name)` (the caller resolves the name beside the index and closes what it opened).
  * Tensors come in `weight_map` order (a name folded into an identical view under another name
- * stays an alias, in the metadata); metadata is `{"format": "pt"}` and every shard's aliases.
+ * stays an alias, in the metadata); metadata is `{"format": "pt"}`, the index's own entries (core's
+ * rules: `total_size` and `total_parameters` left out) and every shard's aliases.
  * The index is read by core's safetensors index reader, with its rules; only the shards differ.
  * @throws StConvertError `InvalidIndex` (not an index; a shard name that is absolute, climbs out
  *   with `..` or is not a checkpoint's; a shard holding a tensor the index does not map to it),
@@ -46,7 +47,6 @@ export async function readTorchIndex(
   openShard: (name: string) => Promise<ByteSource>,
   options: TorchIndexReadOptions = {},
 ): Promise<ShardedTorch> {
-  const aliases: Record<string, string> = createMetadata();
   const read = await readSafetensorsIndex(index, openShard, {
     maxIndexSize: options.maxIndexSize ?? MAX_TORCH_INDEX_SIZE,
     onWarning: options.onWarning,
@@ -54,19 +54,18 @@ export async function readTorchIndex(
       extensions: SHARD_EXTENSIONS,
       async read(shard) {
         const file = await readTorch(shard, options);
-        Object.assign(aliases, file.aliases);
-        // The metadata is made here from all shards' aliases, not from what the shards agree on.
-        return { tensors: file.tensors, metadata: null, aliases: file.aliases };
+        // The aliases are merged from every shard by the index reader, not agreed on.
+        return { tensors: file.tensors, metadata: createMetadata([["format", "pt"]]), aliases: file.aliases };
       },
     },
   });
   return {
     format: "torch-index",
-    metadata: createMetadata([["format", "pt"], ...Object.entries(aliases)]),
+    metadata: read.metadata,
     // Every tensor came from readTorch above.
     tensors: read.tensors as readonly TorchTensor[],
     shards: read.shards,
     indexMetadata: read.indexMetadata,
-    aliases,
+    aliases: read.aliases,
   };
 }
