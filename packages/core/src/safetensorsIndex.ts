@@ -149,7 +149,8 @@ export async function readSafetensorsIndex(
   const totalSize = indexMetadata?.total_size;
   const sum = tensors.reduce((n, t) => n + t.byteLength, 0);
   if (totalSize !== undefined && totalSize !== sum) {
-    options.onWarning?.(`the index's total_size is ${JSON.stringify(totalSize)}, but its tensors hold ${sum} bytes`);
+    const shown = typeof totalSize === "number" ? String(totalSize) : JSON.stringify(totalSize);
+    options.onWarning?.(`the index's total_size is ${shown}, but its tensors hold ${sum} bytes`);
   }
   return {
     format: "safetensors-index",

@@ -198,6 +198,11 @@ describe("readSafetensorsIndex reads what huggingface_hub's loader reads", () =>
     const text = '{"metadata": {"total_size": NaN, "a": Infinity, "b": -Infinity}, "weight_map": {"w": "a.safetensors"}}';
     const file = await readSafetensorsIndex(index(text), shardOpener({ "a.safetensors": shard }).open, { onWarning: (m) => warnings.push(m) });
     expect(file.indexMetadata).toEqual({ total_size: Number.NaN, a: Number.POSITIVE_INFINITY, b: Number.NEGATIVE_INFINITY });
+    expect(warnings).toEqual([
+      "the index's total_size is NaN, but its tensors hold 2 bytes",
+      "the index's metadata \"a\" is not a string (a file's metadata holds strings only); dropped",
+      "the index's metadata \"b\" is not a string (a file's metadata holds strings only); dropped",
+    ]);
     expect(file.tensors.map((t) => t.name)).toEqual(["w"]);
   });
 
