@@ -142,11 +142,18 @@ export async function convertInto(
         files: [outputName],
       };
       if (sharding !== undefined) {
+        // A notice every shard's writer gives alike (metadata a format has no place for) is said once.
+        const noticed = new Set<string>();
         try {
           const written = await writeShards(observed.source, sharding.target, split ?? sharding.maxShardSize, {
             force: options.force ?? false,
             write: async (part, sink, fileName) => {
-              await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning: warnFor(fileName), fileName });
+              const onWarning = (message: string) => {
+                if (noticed.has(message)) return;
+                noticed.add(message);
+                warnFor(fileName)(message);
+              };
+              await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning, fileName });
               options.signal?.throwIfAborted();
             },
             aliasesOf: async (path, fileName) => {
