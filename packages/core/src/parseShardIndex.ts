@@ -108,6 +108,7 @@ function toPlain(map: Map<string, unknown>): Record<string, unknown> {
 
 const WHITESPACE = new Set([" ", "\t", "\n", "\r"]);
 const ESCAPES: Readonly<Record<string, string>> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
+const PLAIN_RUN = /[^"\\\u0000-\u001f]*/y;
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?/y;
 
 /**
@@ -139,8 +140,11 @@ function parsePythonJson(text: string, maxDepth: number, file: string | undefine
       }
       if (ch < " ") return fail("invalid control character in a string");
       if (ch !== "\\") {
-        out += ch;
-        at++;
+        // The plain run up to the next quote, backslash or control character, in one slice.
+        PLAIN_RUN.lastIndex = at;
+        PLAIN_RUN.test(text);
+        out += text.slice(at, PLAIN_RUN.lastIndex);
+        at = PLAIN_RUN.lastIndex;
         continue;
       }
       const escaped = text[at + 1];
