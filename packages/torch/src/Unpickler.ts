@@ -92,8 +92,12 @@ export type PickleValue = null | boolean | number | bigint | string | PyFloat | 
 export interface UnpicklerHooks {
   /** `BINPERSID`/`PERSID`: the value a persistent id stands for. */
   persistentLoad(pid: PickleValue): PickleValue;
-  /** `REDUCE` of a symbol: a value, or undefined for an opaque one. */
-  reduce?(callee: PyGlobal, args: PyTuple): PickleValue | undefined;
+  /**
+   * `REDUCE` of a symbol: a value, or undefined for an opaque one. `charge(n)` counts `n` more
+   * values made against `maxObjects`: a hook that walks a shared container must charge for it, or
+   * one small pickle could have it walk the same large list again and again.
+   */
+  reduce?(callee: PyGlobal, args: PyTuple, charge: (n: number) => void): PickleValue | undefined;
   /**
    * `BUILD` on a native value: the new value, or undefined to refuse it. On an opaque one (the
    * hooks may know what its callee makes): the value to keep, or undefined to record the state as
@@ -139,7 +143,7 @@ function bad(rule: string): never {
 }
 
 /** Nesting depth of a value: 0 for scalars, the recorded depth of containers. */
-function depthOf(value: PickleValue): number {
+export function depthOf(value: PickleValue): number {
   if (value === null || typeof value !== "object") return 0;
   return "depth" in value ? value.depth : 0;
 }
@@ -366,8 +370,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
       return bad(`${what} is not valid UTF-8`);
     }
   };
-  const count = (): void => {
-    if (++objects > maxObjects) {
+  const count = (n = 1): void => {
+    objects += n;
+    if (objects > maxObjects) {
       throw new StConvertError("LimitExceeded", `the pickle makes more than ${maxObjects} values (maxObjects)`);
     }
   };
@@ -471,14 +476,16 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
     // is Python's hash order, which nothing here can know).
     let args = given;
     if (args !== null && typeof args === "object" && (args.kind === "list" || (args.kind === "set" && args.items.length <= 1))) {
+      count(args.items.length);
       args = { kind: "tuple", items: [...args.items], depth: args.depth };
     } else if (args !== null && typeof args === "object" && args.kind === "dict") {
+      count(args.entries.size);
       args = { kind: "tuple", items: Array.from(args.entries.values(), (e) => e.key), depth: args.depth };
     }
     if (args === null || typeof args !== "object" || args.kind !== "tuple")
       bad(`the arguments of ${symbolName(callee)} are ${describeValue(args)}, not a tuple`);
     if (callee !== null && typeof callee === "object" && callee.kind === "global") {
-      const made = pickledBytes(callee, args as PyTuple) ?? hooks.reduce?.(callee, args as PyTuple);
+      const made = pickledBytes(callee, args as PyTuple) ?? hooks.reduce?.(callee, args as PyTuple, count);
       if (made !== undefined) return made;
     }
     return opaque(symbolName(callee), [args]);

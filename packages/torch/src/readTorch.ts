@@ -572,14 +572,15 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
   };
   const magic = await next("the magic number");
   if (magic !== LEGACY_MAGIC) fail("InvalidCheckpoint", "Invalid magic number; corrupt file?");
+  // torch compares with `!=`: 1001.0 is the same number (a bool is not: True == 1).
   const protocol = await next("the protocol version");
-  if (protocol !== LEGACY_PROTOCOL) fail("InvalidCheckpoint", `Invalid protocol version: ${describeValue(protocol)} (torch writes ${LEGACY_PROTOCOL})`);
-  const sysInfo = await next("sys_info");
-  let bigEndian = false;
-  if (sysInfo !== null && typeof sysInfo === "object" && sysInfo.kind === "dict") {
-    const little = sysInfo.entries.get("slittle_endian")?.value;
-    if (little === false) bigEndian = true;
-  }
+  const protocolNumber =
+    typeof protocol === "number" ? protocol : protocol !== null && typeof protocol === "object" && protocol.kind === "float" ? protocol.value : undefined;
+  if (protocolNumber !== LEGACY_PROTOCOL) fail("InvalidCheckpoint", `Invalid protocol version: ${describeValue(protocol)} (torch writes ${LEGACY_PROTOCOL})`);
+  // sys_info is read and ignored, as torch ignores it: its `little_endian` flag changes nothing,
+  // since torch writes and reads a legacy file's counts and elements little-endian on every machine.
+  await next("sys_info");
+  const bigEndian = false;
   const hooks = torchHooks("legacy");
   const { value, end, opaqueCalls } = await pickleAt(source, at, options, "the object pickle", hooks);
   at += end;
@@ -595,7 +596,7 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
     const ref = declared.get(key);
     if (at + 8 > source.size) fail("StorageSizeMismatch", `the file ends at byte ${source.size}, before the record of storage ${JSON.stringify(key)}`);
     const countBytes = await source.read(at, 8);
-    const count = new DataView(countBytes.buffer, countBytes.byteOffset, 8).getBigUint64(0, !bigEndian);
+    const count = new DataView(countBytes.buffer, countBytes.byteOffset, 8).getBigUint64(0, true);
     if (ref === undefined) {
       fail("InvalidStorage", `storage ${JSON.stringify(key)} is listed but no persistent id declares it, so its element size is unknown`);
     }

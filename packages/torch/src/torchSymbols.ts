@@ -9,12 +9,15 @@ import type { Dtype } from "@st-convert/core";
 import { StConvertError } from "@st-convert/core";
 import {
   type PickleValue,
+  type PyDict,
   type PyGlobal,
   type PyNative,
   type PyOpaque,
   type PyTuple,
   type UnpicklerHooks,
+  depthOf,
   describeValue,
+  dictKey,
   dictUpdateRefusal,
   pyTruth,
   splitState,
@@ -233,7 +236,9 @@ export function storageFromPersistentId(pid: PickleValue, format: "zip" | "legac
     throw new StConvertError("InvalidStorage", rule);
   };
   if (pid === null || typeof pid !== "object" || pid.kind !== "tuple") return invalidStorage(`a persistent id is ${describeValue(pid)}, not a storage tuple`);
-  const [tag, cls, key, , numel, view] = pid.items;
+  const [tag, cls, key, , declaredNumel, view] = pid.items;
+  // torch multiplies the count by the element size: a bool counts as 0 or 1, as Python's bool is an int.
+  const numel = typeof declaredNumel === "boolean" ? Number(declaredNumel) : declaredNumel;
   if (tag !== "storage") {
     const what = typeof tag === "string" ? JSON.stringify(tag) : describeValue((tag ?? null) as PickleValue);
     return invalidStorage(`a persistent id of type ${what} is not a storage (torch writes only 'storage')`);
@@ -439,8 +444,8 @@ export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
       }
       return made;
     },
-    reduce(callee, args) {
-      const made = reduceSymbol(callee, args);
+    reduce(callee, args, charge) {
+      const made = reduceSymbol(callee, args, charge);
       const tensor = made === undefined ? undefined : asTorch(made);
       if (tensor?.kind === "tensor" && tensor.viewError !== undefined) badViews.push(tensor);
       return made;
@@ -450,7 +455,7 @@ export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
   };
 }
 
-function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined {
+function reduceSymbol(callee: PyGlobal, args: PyTuple, charge: (n: number) => void): PickleValue | undefined {
   {
     const symbol = `${callee.module}.${callee.name}`;
     if (callee.module === "torch._utils" && REBUILD_TENSOR.has(callee.name)) return rebuildTensor(callee.name, args);
@@ -501,10 +506,38 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
       if (args.items.length > 1) unpicklingError(`collections.OrderedDict is called with ${args.items.length} arguments; torch: "expected at most 1 argument"`);
       const why = dictUpdateRefusal(args.items[0]!);
       if (why !== undefined) unpicklingError(`collections.OrderedDict is called with ${describeValue(args.items[0]!)}, which it refuses (${why})`);
-      return undefined;
+      return orderedDictOfPairs(args.items[0]!, charge);
     }
     return undefined;
   }
+}
+
+/**
+ * `OrderedDict(pairs)` as Python 2's pickle wrote every `OrderedDict` (torch ≤ 1.4 under Python 2:
+ * `REDUCE(collections.OrderedDict, ([[key, value], …],))`), which torch's weights-only unpickler
+ * calls: a dict of the pairs, a later key replacing the value of an earlier one in its place.
+ * Only a list or tuple of two-item lists or tuples is read; any other argument (a generator, a
+ * mapping) stays an opaque value, its tensors refused by name.
+ */
+function orderedDictOfPairs(pairs: PickleValue, charge: (n: number) => void): PyDict | undefined {
+  if (pairs === null || typeof pairs !== "object" || (pairs.kind !== "list" && pairs.kind !== "tuple")) return undefined;
+  const items = pairs.items;
+  for (const item of items) {
+    if (item === null || typeof item !== "object" || (item.kind !== "list" && item.kind !== "tuple") || item.items.length !== 2) return undefined;
+  }
+  // A new dict per call: a pickle that calls OrderedDict on one shared list many times pays per entry.
+  charge(items.length);
+  const dict: PyDict = { kind: "dict", entries: new Map(), depth: 1 };
+  let identities = 0;
+  for (const item of items) {
+    const [key, value] = (item as PyTuple).items as [PickleValue, PickleValue];
+    dict.entries.set(
+      dictKey(key, () => `#pair${identities++}`),
+      { key, value },
+    );
+    dict.depth = Math.max(dict.depth, depthOf(key) + 1, depthOf(value) + 1);
+  }
+  return dict;
 }
 
 /**

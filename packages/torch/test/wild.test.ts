@@ -1,0 +1,48 @@
+/**
+ * Checkpoints as found in the wild and hostile ones (fixtures/wild, made by fixtures/gen_wild.py
+ * with torch itself): what torch.load(weights_only=True) reads is read the same way, and what
+ * would run code or cost a machine is refused by name.
+ */
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { bytesSource, readTensorBytes } from "@st-convert/core";
+import { readTorch } from "@st-convert/torch";
+import { errorCode, fixturePath } from "@st-convert/testing";
+
+interface Expected {
+  tensors?: { name: string; dtype: string; shape: number[]; sha256: string }[];
+  skipped?: string[];
+  names?: number;
+}
+
+const manifest = JSON.parse(readFileSync(fixturePath("wild", "manifest.json"), "utf8")) as Record<string, Expected>;
+const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+const open = (file: string) => bytesSource(readFileSync(fixturePath("wild", file)), file);
+
+async function expectAsTorchReads(file: string, options: Parameters<typeof readTorch>[1] = {}): Promise<void> {
+  const expected = manifest[file]!;
+  const ours = await readTorch(open(file), options);
+  expect(ours.tensors.map((t) => [t.name, t.dtype, t.shape])).toEqual(expected.tensors!.map((t) => [t.name, t.dtype, t.shape]));
+  for (const [i, t] of ours.tensors.entries()) expect(sha256(await readTensorBytes(t)), t.name).toBe(expected.tensors![i]!.sha256);
+}
+
+describe("state dicts pickled as Python 2 pickled an OrderedDict", () => {
+  it("REDUCE(collections.OrderedDict, ([[key, value], …],)) reads as torch reads it, zip and legacy", async () => {
+    await expectAsTorchReads("py2_ordered_dict.pt");
+    await expectAsTorchReads("py2_ordered_dict_legacy.pt");
+  });
+});
+
+describe("legacy files spelled as torch's loader tolerates", () => {
+  it("little_endian False, protocol 1001.0 and a storage count of True read as torch reads them (records little-endian)", async () => {
+    await expectAsTorchReads("legacy_tolerated.pt");
+    expect((await readTorch(open("legacy_tolerated.pt"))).bigEndian).toBe(false);
+  });
+});
+
+describe("checks", () => {
+  it("the fixtures are there", async () => {
+    expect(await errorCode(readTorch(open("py2_ordered_dict.pt")))).toBe("ok");
+  });
+});
