@@ -760,7 +760,16 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
         else stack.push({ value: siblings[i]!.value, name, depth: 1 });
       }
       stack.push({ value: wrapper, name: undefined, depth: 0 });
-    } else stack.push({ value: root, name: undefined, depth: 0 });
+    } else {
+      // A training checkpoint whose optimizer state (or EMA, loops…) holds tensors too (a Lightning
+      // .ckpt): everything is converted, and the user is told once how to take just the model.
+      if (wrapper !== undefined && bearing.includes("state_dict")) {
+        options.onWarning?.(
+          'the checkpoint has a top-level "state_dict" beside other entries holding tensors: all are converted; --key state_dict gives just the model',
+        );
+      }
+      stack.push({ value: root, name: undefined, depth: 0 });
+    }
   }
 
   const all: NamedTensor[] = [];

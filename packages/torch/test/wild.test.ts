@@ -46,3 +46,21 @@ describe("checks", () => {
     expect(await errorCode(readTorch(open("py2_ordered_dict.pt")))).toBe("ok");
   });
 });
+
+describe("a training checkpoint with tensors beside its state_dict (a Lightning .ckpt)", () => {
+  it("says once that --key state_dict gives just the model, and not when --key is given or the state dict is alone", async () => {
+    const training = (file: string) => bytesSource(readFileSync(fixturePath("torch", file)), file);
+    const hint = (w: string) => w.includes("--key state_dict");
+    const warnings: string[] = [];
+    const all = await readTorch(training("training_adam.pt"), { onWarning: (w) => warnings.push(w) });
+    expect(all.tensors.map((t) => t.name)).toContain("optimizer.state.0.exp_avg");
+    expect(warnings.filter(hint)).toEqual([
+      'the checkpoint has a top-level "state_dict" beside other entries holding tensors: all are converted; --key state_dict gives just the model',
+    ]);
+    const keyed: string[] = [];
+    await readTorch(training("training_adam.pt"), { key: "state_dict", onWarning: (w) => keyed.push(w) });
+    const alone: string[] = [];
+    await readTorch(training("training.pt"), { onWarning: (w) => alone.push(w) });
+    expect([...keyed, ...alone].filter(hint)).toEqual([]);
+  });
+});
