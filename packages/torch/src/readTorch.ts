@@ -133,6 +133,14 @@ export interface TorchReadOptions {
   maxWarnings?: number;
   /** `"fflate"` forces the portable codec (CRC-32, inflate) browsers use; default `node:zlib` when present. */
   codec?: "auto" | "fflate";
+  /**
+   * The tensors the caller keeps (the CLI's `--filter`/`--exclude`), by name: a tensor, or a value
+   * holding tensors, whose name this refuses is left out before it is judged, so that one with no
+   * safetensors form (complex128, quantized, sparse, nested) can be dropped instead of refusing
+   * the file. The file itself is still checked whole (its pickle, its storages, every view).
+   * Default: every tensor.
+   */
+  include?: (name: string) => boolean;
 }
 
 /** One tensor of a checkpoint: a view of a storage, delivered in C order. */
@@ -662,8 +670,10 @@ interface NamedTensor {
 }
 
 interface Named {
-  /** Every tensor found, in the pickle's order. */
+  /** Every tensor found, in the pickle's order, but those the caller's selection left out. */
   readonly all: readonly NamedTensor[];
+  /** Tensors the caller's selection left out: their views are still checked. */
+  readonly excluded: readonly NamedTensor[];
   readonly skipped: readonly string[];
 }
 
@@ -773,6 +783,8 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
   }
 
   const all: NamedTensor[] = [];
+  const excluded: NamedTensor[] = [];
+  const include = options.include ?? (() => true);
   const names = new Set<string>();
   const onPath = new Set<object>();
   let visits = 0;
@@ -799,11 +811,12 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       }
       if (names.has(name)) fail("DuplicateKey", 'two tensors have this name (a key holding "." beside the same path nested)', name);
       names.add(name);
-      all.push({ name, ref: torch });
+      (include(name) ? all : excluded).push({ name, ref: torch });
       continue;
     }
     if (value.kind === "opaque") {
       const inside = findTorch(value, maxVisits, reported);
+      if (inside !== undefined && !include(name)) continue;
       if (inside !== undefined) {
         fail(
           "UnsupportedGlobal",
@@ -815,7 +828,10 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       continue;
     }
     if (value.kind === "set") {
-      if (findTorch(value, maxVisits) !== undefined) fail("UnsupportedGlobal", "a set holds tensors: sets have no names to give them", name);
+      if (findTorch(value, maxVisits) !== undefined) {
+        if (!include(name)) continue;
+        fail("UnsupportedGlobal", "a set holds tensors: sets have no names to give them", name);
+      }
       skip(name, "a set");
       continue;
     }
@@ -851,7 +867,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       warn(`the pickle also calls ${unreported.join(", ")}: st-convert ran none of it, and nothing those calls would return is in the output`);
     }
   }
-  return { all, skipped };
+  return { all, excluded, skipped };
 }
 
 // ----- tensors -----
@@ -880,7 +896,7 @@ function isContiguous(shape: readonly number[], strides: readonly number[]): boo
  */
 function checkViews(named: Named, hooks: TorchHooks): void {
   if (hooks.badViews.length === 0) return;
-  for (const t of named.all) if (t.ref.viewError !== undefined) fail("InvalidTensor", t.ref.viewError, t.name);
+  for (const t of [...named.all, ...named.excluded]) if (t.ref.viewError !== undefined) fail("InvalidTensor", t.ref.viewError, t.name);
   fail("InvalidTensor", `a tensor the pickle builds and then leaves out of its result: ${hooks.badViews[0]!.viewError}`);
 }
 

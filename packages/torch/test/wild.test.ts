@@ -64,3 +64,16 @@ describe("a training checkpoint with tensors beside its state_dict (a Lightning 
     expect([...keyed, ...alone].filter(hint)).toEqual([]);
   });
 });
+
+describe("the caller's selection applies before a tensor is judged", () => {
+  const others = ["z", "q", "s", "n"];
+  it("complex128, qint8, sparse and nested tensors each refuse the file by name when kept", async () => {
+    for (const kept of others) {
+      const include = (name: string) => name === kept || !others.includes(name);
+      await expect(readTorch(open("unconvertible.pt"), { include }), kept).rejects.toThrow(new RegExp(`tensor "${kept}"`));
+    }
+  });
+  it("left out by the selection, they are not judged: the rest reads as torch reads it", async () => {
+    await expectAsTorchReads("unconvertible.pt", { include: (name) => !others.includes(name) });
+  });
+});
