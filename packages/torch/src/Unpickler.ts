@@ -90,6 +90,11 @@ export type PickleValue = null | boolean | number | bigint | string | PyFloat | 
 
 /** How the opcodes that would run code get their meaning. */
 export interface UnpicklerHooks {
+  /**
+   * Each symbol a `GLOBAL`, `STACK_GLOBAL` or `INST` names, as it is named (before anything uses
+   * it): the hook may refuse the pickle there.
+   */
+  symbol?(symbol: PyGlobal): void;
   /** `BINPERSID`/`PERSID`: the value a persistent id stands for. */
   persistentLoad(pid: PickleValue): PickleValue;
   /**
@@ -805,7 +810,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
         const module = written === "__builtin__" ? "builtins" : written;
         const name = text(line(), "a GLOBAL name");
         count();
-        push({ kind: "global", module, name });
+        const symbol: PyGlobal = { kind: "global", module, name };
+        hooks.symbol?.(symbol);
+        push(symbol);
         break;
       }
       case 0x93: {
@@ -814,7 +821,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
         const module = pop();
         if (typeof name !== "string" || typeof module !== "string") bad("STACK_GLOBAL requires str");
         count();
-        push({ kind: "global", module: module as string, name: name as string });
+        const symbol: PyGlobal = { kind: "global", module: module as string, name: name as string };
+        hooks.symbol?.(symbol);
+        push(symbol);
         break;
       }
       case 0x52: {
@@ -844,8 +853,10 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
         // INST: module and name lines, arguments since the mark
         const module = text(line(), "an INST module name");
         const name = text(line(), "an INST name");
+        const symbol: PyGlobal = { kind: "global", module, name };
+        hooks.symbol?.(symbol);
         const args = popMark();
-        push(call({ kind: "global", module, name }, tuple(args)));
+        push(call(symbol, tuple(args)));
         break;
       }
       case 0x6f: {

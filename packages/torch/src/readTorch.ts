@@ -168,6 +168,13 @@ export interface TorchFile extends TensorSource {
   readonly skipped: readonly string[];
   /** True when the file's storages are big-endian (swapped as they are read). */
   readonly bigEndian: boolean;
+  /**
+   * Every symbol the file's pickles name outside torch's weights-only allow-list (`module.name`,
+   * first-named order; `argparse.Namespace`, `numpy.core.multiarray.scalar`…): none was run. A
+   * pickle naming a dangerous one (`os.system`, `builtins.eval`, …) is refused instead
+   * (`DangerousGlobal`).
+   */
+  readonly globals: readonly string[];
 }
 
 function fail(
@@ -523,7 +530,7 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
     }
     return bytes;
   };
-  const file = finish("torch-zip", named, storageOf, bigEndian, options);
+  const file = finish("torch-zip", named, storageOf, bigEndian, options, hooks.globals);
   // torch loads every storage the pickle declares, a tensor of the output or not, and refuses one
   // whose record is missing or of another size ("record size ... does not match expected size").
   for (const ref of hooks.storages.values()) {
@@ -573,8 +580,10 @@ async function pickleAt(source: ByteSource, offset: number, options: TorchReadOp
 
 async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOptions): Promise<TorchFile> {
   let at = 0;
+  // The small pickles around the object pickle are judged by the same rules (a symbol in the key list runs as well as any).
+  const headerHooks = torchHooks("legacy");
   const next = async (what: string): Promise<PickleValue> => {
-    const { value, end } = await pickleAt(source, at, options, what);
+    const { value, end } = await pickleAt(source, at, options, what, headerHooks);
     at += end;
     return value;
   };
@@ -623,7 +632,7 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
     if (bytes === undefined) fail("MissingStorage", `storage ${JSON.stringify(ref.key)} is not in the file's storage key list`);
     return bytes;
   };
-  return finish("torch-legacy", named, storageOf, bigEndian, options);
+  return finish("torch-legacy", named, storageOf, bigEndian, options, new Set([...headerHooks.globals, ...hooks.globals]));
 }
 
 /**
@@ -1163,6 +1172,7 @@ function finish(
   storageOf: (ref: StorageRef) => StorageBytes,
   bigEndian: boolean,
   options: TorchReadOptions,
+  globals: ReadonlySet<string>,
 ): TorchFile {
   const groups = new Map<string, NamedTensor[]>();
   for (const t of named.all) {
@@ -1194,5 +1204,5 @@ function finish(
     if (!removed.has(t.name)) tensors.push(entry);
   }
   const metadata = createMetadata([["format", "pt"], ...Object.entries(aliases)]);
-  return { format, metadata, tensors, aliases, skipped: named.skipped, bigEndian };
+  return { format, metadata, tensors, aliases, skipped: named.skipped, bigEndian, globals: [...globals] };
 }

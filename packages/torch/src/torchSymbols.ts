@@ -7,6 +7,7 @@
  */
 import type { Dtype } from "@st-convert/core";
 import { StConvertError } from "@st-convert/core";
+import { isAllowedGlobal, isDangerousGlobal, symbolName } from "./pickleGlobals.js";
 import {
   type PickleValue,
   type PyDict,
@@ -418,6 +419,8 @@ export interface TorchHooks extends UnpicklerHooks {
   readonly storages: ReadonlyMap<string, StorageRef>;
   /** Tensors built over views that leave their storage, in the order built. */
   readonly badViews: readonly TensorRef[];
+  /** Symbols named outside torch's weights-only allow-list (`module.name`), in first-named order. */
+  readonly globals: ReadonlySet<string>;
 }
 
 /**
@@ -428,9 +431,20 @@ export interface TorchHooks extends UnpicklerHooks {
 export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
   const storages = new Map<string, StorageRef>();
   const badViews: TensorRef[] = [];
+  const globals = new Set<string>();
   return {
     storages,
     badViews,
+    globals,
+    symbol({ module, name }) {
+      if (isDangerousGlobal(module, name)) {
+        throw new StConvertError(
+          "DangerousGlobal",
+          `the pickle names ${symbolName(module, name)}, which runs code or reaches the system when Python unpickles the file (st-convert ran nothing): refused`,
+        );
+      }
+      if (!isAllowedGlobal(module, name)) globals.add(symbolName(module, name));
+    },
     persistentLoad(pid) {
       const made = storageFromPersistentId(pid, format);
       const ref = asTorch(made) as StorageRef;

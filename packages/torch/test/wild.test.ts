@@ -77,3 +77,33 @@ describe("the caller's selection applies before a tensor is judged", () => {
     await expectAsTorchReads("unconvertible.pt", { include: (name) => !others.includes(name) });
   });
 });
+
+describe("pickles that name callables which run code when Python unpickles them", () => {
+  const cases: [string, string][] = [
+    ["dangerous_system", "posix.system"],
+    ["dangerous_eval", "builtins.eval"],
+    ["dangerous_exec", "builtins.exec"],
+    ["dangerous_popen", "commands.Popen"],
+    ["dangerous_getattr", "builtins.getattr"],
+    ["dangerous_beside", "posix.system"],
+  ];
+  for (const [stem, symbol] of cases) {
+    it(`${stem}: refused naming ${symbol}, zip and legacy`, async () => {
+      for (const file of [`${stem}.pt`, `${stem}_legacy.pt`]) {
+        expect(await errorCode(readTorch(open(file))), file).toBe("DangerousGlobal");
+        await expect(readTorch(open(file)), file).rejects.toThrow(new RegExp(`${file}: the pickle names ${symbol.replace(".", "\\.")}, which runs code`));
+      }
+    });
+  }
+  it("protocol 4 names subprocess.Popen as it is (STACK_GLOBAL)", async () => {
+    await expect(readTorch(open("dangerous_popen_p4.pt"))).rejects.toThrow(/names subprocess\.Popen/);
+  });
+  it("harmless objects of a training checkpoint are listed, not refused; a state dict names none", async () => {
+    const training = await readTorch(bytesSource(readFileSync(fixturePath("torch", "training.pt")), "training.pt"));
+    expect(training.globals).toContain("argparse.Namespace");
+    expect(training.globals.some((g) => /^numpy\.(_core|core)\.multiarray\.scalar$/.test(g))).toBe(true);
+    expect(training.globals.some((g) => g.startsWith("torch."))).toBe(false);
+    const views = await readTorch(bytesSource(readFileSync(fixturePath("torch", "views.pt")), "views.pt"));
+    expect(views.globals).toEqual([]);
+  });
+});
