@@ -13,6 +13,8 @@ export {
   MAX_RANK,
   MAX_STACK_SIZE,
   MAX_WARNINGS,
+  NAMING_VISITS_BASE,
+  NAMING_VISITS_PER_PICKLE_BYTE,
   type TorchFile,
   type TorchReadOptions,
   type TorchTensor,

@@ -91,6 +91,18 @@ const MAX_FILE_FORMAT_VERSION = 10;
  */
 export const GATHER_TILE_SIZE = 32 * 1024 * 1024;
 
+/**
+ * Values the naming walk may visit per byte of the pickle, beyond {@link NAMING_VISITS_BASE}. A
+ * value the pickle makes once costs at least one byte, so a walk of a file without sharing
+ * visits fewer values than the pickle has bytes; a shared container is walked each time it is
+ * reached (a tied weight, a config referred to twice), which real files do a few times. One list
+ * referred to 100 times at each of three levels (`[[[t] * 100] * 100] * 100`, 2 KB) would make a
+ * million names: refused here, after a few thousand visits.
+ */
+export const NAMING_VISITS_PER_PICKLE_BYTE = 8;
+/** Visits always allowed, whatever the pickle's size: 10,000 names from a tiny pickle cost nothing. */
+export const NAMING_VISITS_BASE = 10_000;
+
 /** Skipped values reported one by one; the rest are counted in one line. */
 export const MAX_WARNINGS = 20;
 
@@ -121,8 +133,10 @@ export interface TorchReadOptions {
   maxStackSize?: number;
   /** Default {@link MAX_NESTING_DEPTH}. */
   maxNestingDepth?: number;
-  /** Values made by the pickle, and values visited when naming tensors. Default {@link MAX_PICKLE_OBJECTS}. */
+  /** Values made by the pickle, and at most this many visited when naming tensors. Default {@link MAX_PICKLE_OBJECTS}. */
   maxObjects?: number;
+  /** Values the naming walk may visit per byte of the pickle (besides {@link NAMING_VISITS_BASE}). Default {@link NAMING_VISITS_PER_PICKLE_BYTE}. */
+  maxVisitsPerPickleByte?: number;
   /** Default {@link MAX_EXPANDED_BYTES}. */
   maxExpandedBytes?: number;
   /** Default {@link MAX_GATHER_WINDOW}. */
@@ -515,7 +529,7 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
   const pickle = await small(pickleMember, options.maxPickleSize ?? MAX_PICKLE_SIZE, "the pickle");
   const hooks = torchHooks("zip");
   const { value, opaqueCalls } = unpickle(pickle, hooks, unpickleOptions(options));
-  const named = nameTensors(value, opaqueCalls, options);
+  const named = nameTensors(value, opaqueCalls, pickle.byteLength, options);
   checkViews(named, hooks);
 
   const storages = new Map<string, StorageBytes>();
@@ -603,7 +617,7 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
   at += end;
   // A legacy storage is made empty and resizable, so torch's set_ grows it as the pickle builds a
   // view past it: the view is judged later, against the storage's record (tensorEntry).
-  const named = nameTensors(value, opaqueCalls, options);
+  const named = nameTensors(value, opaqueCalls, end, options);
   const keysValue = await next("the storage key list");
   const keys = storageKeys(keysValue);
   // Storage records follow in the key list's order: an 8-byte element count, then the elements.
@@ -686,15 +700,18 @@ interface Named {
   readonly skipped: readonly string[];
 }
 
-/** The first storage or tensor inside `value`, visiting each container once. */
-function findTorch(value: PickleValue, maxVisits: number, callees?: Set<string>): StorageRef | TensorRef | undefined {
+/**
+ * The first storage or tensor inside `value`, visiting each container once; `visit` is called for
+ * each (the naming walk's budget).
+ */
+function findTorch(value: PickleValue, visit: () => void, callees?: Set<string>): StorageRef | TensorRef | undefined {
   const seen = new Set<object>();
   const stack: PickleValue[] = [value];
   while (stack.length > 0) {
     const v = stack.pop()!;
     if (v === null || typeof v !== "object" || seen.has(v)) continue;
     seen.add(v);
-    if (seen.size > maxVisits) fail("LimitExceeded", `a value holds more than ${maxVisits} values (maxObjects)`);
+    visit();
     switch (v.kind) {
       case "native":
         return asTorch(v);
@@ -732,8 +749,19 @@ function entryOf(dict: PickleValue, key: string): PickleValue | undefined {
  * are the leaves; anything else is skipped and reported. Shared containers are walked each time
  * they are reached (as Python would), within `maxObjects` visits.
  */
-function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options: TorchReadOptions): Named {
-  const maxVisits = options.maxObjects ?? MAX_PICKLE_OBJECTS;
+function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBytes: number, options: TorchReadOptions): Named {
+  const perByte = options.maxVisitsPerPickleByte ?? NAMING_VISITS_PER_PICKLE_BYTE;
+  const maxVisits = Math.min(options.maxObjects ?? MAX_PICKLE_OBJECTS, NAMING_VISITS_BASE + perByte * pickleBytes);
+  // One budget for every visit: the walk itself and its searches for tensors inside values.
+  let visits = 0;
+  const visit = (): void => {
+    if (++visits > maxVisits) {
+      fail(
+        "LimitExceeded",
+        `naming the tensors visits more than ${maxVisits} values (${NAMING_VISITS_BASE} + ${perByte} per byte of the ${pickleBytes}-byte pickle): the pickle refers to its containers over and over (maxVisitsPerPickleByte)`,
+      );
+    }
+  };
   const maxDepth = options.maxNestingDepth ?? MAX_NESTING_DEPTH;
   const maxWarnings = options.maxWarnings ?? MAX_WARNINGS;
   const skipped: string[] = [];
@@ -768,7 +796,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
     const wrapper = entryOf(root, "state_dict");
     const bearing =
       root !== null && typeof root === "object" && root.kind === "dict"
-        ? [...root.entries.values()].filter((e) => findTorch(e.value, maxVisits) !== undefined).map((e) => e.key)
+        ? [...root.entries.values()].filter((e) => findTorch(e.value, visit) !== undefined).map((e) => e.key)
         : [];
     if (wrapper !== undefined && bearing.length === 1 && bearing[0] === "state_dict" && root !== null && typeof root === "object" && root.kind === "dict") {
       // A training checkpoint: the tensors are named as in the state dict; the other entries are reported under their own names.
@@ -796,7 +824,6 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
   const include = options.include ?? (() => true);
   const names = new Set<string>();
   const onPath = new Set<object>();
-  let visits = 0;
   while (stack.length > 0) {
     const frame = stack.pop()!;
     if ("exit" in frame) {
@@ -804,7 +831,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       continue;
     }
     const { value, depth } = frame;
-    if (++visits > maxVisits) fail("LimitExceeded", `naming the tensors visits more than ${maxVisits} values: shared containers repeat too often (maxObjects)`);
+    visit();
     if (depth > maxDepth) fail("LimitExceeded", `values nest deeper than ${maxDepth} levels (maxNestingDepth)`);
     const name = frame.name ?? options.rootName ?? "tensor";
     const child = (s: string): string => (frame.name === undefined ? s : `${frame.name}.${s}`);
@@ -824,7 +851,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       continue;
     }
     if (value.kind === "opaque") {
-      const inside = findTorch(value, maxVisits, reported);
+      const inside = findTorch(value, visit, reported);
       if (inside !== undefined && !include(name)) continue;
       if (inside !== undefined) {
         fail(
@@ -837,7 +864,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       continue;
     }
     if (value.kind === "set") {
-      if (findTorch(value, maxVisits) !== undefined) {
+      if (findTorch(value, visit) !== undefined) {
         if (!include(name)) continue;
         fail("UnsupportedGlobal", "a set holds tensors: sets have no names to give them", name);
       }
@@ -855,7 +882,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       for (let i = entries.length - 1; i >= 0; i--) {
         const s = segment(entries[i]!.key);
         if (s === undefined) {
-          if (findTorch(entries[i]!.value, maxVisits) !== undefined)
+          if (findTorch(entries[i]!.value, visit) !== undefined)
             fail("InvalidName", `a tensor under a ${describeValue(entries[i]!.key)} key has no name`, name);
           skip(`${name}[${describeValue(entries[i]!.key)} key]`, "an entry whose key is not a str or an int");
           continue;

@@ -109,7 +109,7 @@ describe("bombs", () => {
     const p = new Pickle().proto().raw(0x5d, 0x71, 0); // EMPTY_LIST, BINPUT 0
     for (let i = 1; i <= 60; i++) p.raw(0x5d, 0x68, i - 1, 0x61, 0x68, i - 1, 0x61, 0x71, i); // [prev, prev]
     const bytes = p.stop().bytes();
-    await expect(readAll(torchZip(bytes))).rejects.toThrow(/shared containers repeat too often \(maxObjects\)/);
+    await expect(readAll(torchZip(bytes))).rejects.toThrow(/refers to its containers over and over \(maxVisitsPerPickleByte\)/);
   });
 
   it("a memo of more entries than the limit is refused", async () => {

@@ -107,3 +107,20 @@ describe("pickles that name callables which run code when Python unpickles them"
     expect(views.globals).toEqual([]);
   });
 });
+
+describe("a pickle that refers to one list many times (torch.save of [[[t] * n] * n] * n)", () => {
+  it("torch.load makes a million names of the 2 KB file; st-convert refuses it by the naming budget, at 100 and 170", async () => {
+    expect(manifest["shared_list_100.pt"]!.names).toBe(1_000_000);
+    for (const file of ["shared_list_100.pt", "shared_list_170.pt"]) {
+      expect(readFileSync(fixturePath("wild", file)).byteLength).toBeLessThan(4096);
+      expect(await errorCode(readTorch(open(file))), file).toBe("LimitExceeded");
+      await expect(readTorch(open(file)), file).rejects.toThrow(
+        /naming the tensors visits more than \d+ values \(10000 \+ 8 per byte of the \d+-byte pickle\)/,
+      );
+    }
+  });
+  it("a real state dict stays far inside the budget: GPT-2's, its tied weight included", async () => {
+    const gpt2 = await readTorch(bytesSource(readFileSync(fixturePath("torch", "gpt2.bin")), "gpt2.bin"), { maxVisitsPerPickleByte: 1 });
+    expect(gpt2.tensors.length).toBeGreaterThan(20);
+  });
+});
