@@ -116,6 +116,12 @@ export interface TensorSource {
   /** `null` when the file has none. */
   readonly metadata: Metadata | null;
   readonly tensors: readonly TensorEntry[];
+  /**
+   * Code the file names and st-convert never runs: the symbols a pickle names outside the
+   * reader's allow-list (`module.name`, PyTorch checkpoints). `info --json` lists them, so that
+   * the command doubles as a scanner. Absent for formats that cannot name code.
+   */
+  readonly globals?: readonly string[];
 }
 
 /**
