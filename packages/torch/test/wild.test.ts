@@ -124,3 +124,17 @@ describe("a pickle that refers to one list many times (torch.save of [[[t] * n] 
     expect(gpt2.tensors.length).toBeGreaterThan(20);
   });
 });
+
+describe("a legacy file's storage counts are little-endian whatever sys_info says", () => {
+  it("a count written big-endian (as a reader trusting little_endian False would read it) is refused", async () => {
+    const bytes = new Uint8Array(readFileSync(fixturePath("wild", "legacy_tolerated.pt")));
+    // The last record is "w"'s: an 8-byte count of 4 elements, then 16 bytes.
+    const at = bytes.byteLength - 16 - 8;
+    const view = new DataView(bytes.buffer, bytes.byteOffset + at, 8);
+    expect(view.getBigUint64(0, true)).toBe(4n);
+    view.setBigUint64(0, 4n, false);
+    await expect(readTorch(bytesSource(bytes, "swapped.pt"))).rejects.toThrow(
+      /storage "\d+" is declared with 4 elements, but its record holds 288230376151711744/,
+    );
+  });
+});
