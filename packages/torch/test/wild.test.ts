@@ -128,13 +128,27 @@ describe("a pickle that refers to one list many times (torch.save of [[[t] * n] 
 describe("a legacy file's storage counts are little-endian whatever sys_info says", () => {
   it("a count written big-endian (as a reader trusting little_endian False would read it) is refused", async () => {
     const bytes = new Uint8Array(readFileSync(fixturePath("wild", "legacy_tolerated.pt")));
-    // The last record is "w"'s: an 8-byte count of 4 elements, then 16 bytes.
-    const at = bytes.byteLength - 16 - 8;
-    const view = new DataView(bytes.buffer, bytes.byteOffset + at, 8);
+    // The records, in the key list's order (torch's keys follow memory addresses): "w"'s (a count
+    // of 4, then 16 bytes) and "one"'s (a count of 1, then 4 bytes), one way round or the other.
+    const count = (at: number) => new DataView(bytes.buffer, bytes.byteOffset + at, 8);
+    const at = count(bytes.byteLength - 24).getBigUint64(0, true) === 4n ? bytes.byteLength - 24 : bytes.byteLength - 36;
+    const view = count(at);
     expect(view.getBigUint64(0, true)).toBe(4n);
     view.setBigUint64(0, 4n, false);
     await expect(readTorch(bytesSource(bytes, "swapped.pt"))).rejects.toThrow(
       /storage "\d+" is declared with 4 elements, but its record holds 288230376151711744/,
     );
+  });
+});
+
+describe("a checkpoint shaped as PyTorch Lightning saves one", () => {
+  it("converts as torch.load reads it, skips its harmless objects with warnings, lists their symbols, and gives the --key hint once", async () => {
+    const warnings: string[] = [];
+    await expectAsTorchReads("lightning_like.ckpt", { onWarning: (w) => warnings.push(w), maxWarnings: 100 });
+    const file = await readTorch(open("lightning_like.ckpt"));
+    expect(file.skipped).toEqual(manifest["lightning_like.ckpt"]!.skipped);
+    expect(file.globals).toEqual(expect.arrayContaining(["pathlib.PurePosixPath", "functools.partial", "argparse.Namespace", "torch.optim.adam.Adam"]));
+    expect(warnings.filter((w) => w.includes("--key state_dict"))).toHaveLength(1);
+    expect(warnings).toContain('skipped "hyper_parameters.args": an object made by argparse.Namespace (not run)');
   });
 });
