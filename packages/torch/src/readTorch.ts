@@ -702,9 +702,10 @@ interface Named {
 
 /**
  * The first storage or tensor inside `value`, visiting each container once; `visit` is called for
- * each (the naming walk's budget).
+ * each (the naming walk's budget). With `whole`, the walk goes on past it, to find every callee.
  */
-function findTorch(value: PickleValue, visit: () => void, callees?: Set<string>): StorageRef | TensorRef | undefined {
+function findTorch(value: PickleValue, visit: () => void, callees?: Set<string>, whole = false): StorageRef | TensorRef | undefined {
+  let found: StorageRef | TensorRef | undefined;
   const seen = new Set<object>();
   const stack: PickleValue[] = [value];
   while (stack.length > 0) {
@@ -714,7 +715,9 @@ function findTorch(value: PickleValue, visit: () => void, callees?: Set<string>)
     visit();
     switch (v.kind) {
       case "native":
-        return asTorch(v);
+        found ??= asTorch(v);
+        if (!whole) return found;
+        break;
       case "tuple":
       case "list":
       case "set":
@@ -729,7 +732,7 @@ function findTorch(value: PickleValue, visit: () => void, callees?: Set<string>)
         break;
     }
   }
-  return undefined;
+  return found;
 }
 
 /** A dict key as a name segment: a str as it is, an int in decimal; undefined for other keys. */
@@ -852,7 +855,11 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
     }
     if (value.kind === "opaque") {
       const inside = findTorch(value, visit, reported);
-      if (inside !== undefined && !include(name)) continue;
+      if (inside !== undefined && !include(name)) {
+        // Left out by the caller: the calls inside it (a sparse tensor's layout) are not reported either.
+        findTorch(value, visit, reported, true);
+        continue;
+      }
       if (inside !== undefined) {
         fail(
           "UnsupportedGlobal",

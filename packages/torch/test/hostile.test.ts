@@ -112,6 +112,17 @@ describe("bombs", () => {
     await expect(readAll(torchZip(bytes))).rejects.toThrow(/refers to its containers over and over \(maxVisitsPerPickleByte\)/);
   });
 
+  it("OrderedDict called again and again on one shared list of pairs: each dict it makes is charged to maxObjects", async () => {
+    // [[i, i] for i in range(100)] memoized, then REDUCE(collections.OrderedDict, (memo[0],)) 100 times, each popped.
+    const p = new Pickle().proto().raw(0x5d, 0x71, 0, 0x28);
+    for (let i = 0; i < 100; i++) p.raw(0x5d).int(i).raw(0x61).int(i).raw(0x61);
+    p.raw(0x65);
+    for (let i = 0; i < 100; i++) p.global("collections", "OrderedDict").raw(0x68, 0, 0x85).reduce().raw(0x30);
+    const bytes = p.raw(0x4e).stop().bytes();
+    expect((await readTorch(torchZip(bytes), { maxObjects: 20_000 })).tensors).toEqual([]);
+    await expect(readTorch(torchZip(bytes), { maxObjects: 5_000 })).rejects.toThrow(/more than 5000 values \(maxObjects\)/);
+  });
+
   it("a memo of more entries than the limit is refused", async () => {
     const p = new Pickle().proto().raw(0x4e);
     for (let i = 0; i < 1001; i++) p.raw(0x72).u32(i);

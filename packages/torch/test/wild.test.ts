@@ -152,3 +152,11 @@ describe("a checkpoint shaped as PyTorch Lightning saves one", () => {
     expect(warnings).toContain('skipped "hyper_parameters.args": an object made by argparse.Namespace (not run)');
   });
 });
+
+describe("values left out by the selection", () => {
+  it("are not reported: no warning names a call inside them", async () => {
+    const warnings: string[] = [];
+    await readTorch(open("unconvertible.pt"), { include: (name) => !["z", "q", "s", "n"].includes(name), onWarning: (w) => warnings.push(w) });
+    expect(warnings).toEqual([]);
+  });
+});
