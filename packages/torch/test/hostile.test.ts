@@ -66,6 +66,59 @@ describe("code the pickle names is never run", () => {
     });
   }
 
+  it("dangerous-globals: a symbol is judged by its name alone, wherever it is named (GLOBAL, STACK_GLOBAL, INST)", async () => {
+    const dangerous = [
+      ["os", "system"],
+      ["os.path", "join"],
+      ["nt", "system"],
+      ["subprocess", "run"],
+      ["__builtin__", "eval"],
+      ["builtins", "__import__"],
+      ["builtins", "getattr"],
+      ["runpy", "_run_code"],
+      ["socket", "create_connection"],
+      ["shutil", "rmtree"],
+      ["_pickle", "loads"],
+      ["importlib", "import_module"],
+      ["webbrowser", "open"],
+      ["torch", "load"],
+      ["torch._inductor.codecache", "compile_file"],
+      ["torch", "os.system"],
+      ["numpy.os", "system"],
+      ["operator", "attrgetter"],
+    ];
+    const harmless = [
+      ["argparse", "Namespace"],
+      ["pathlib", "PosixPath"],
+      ["numpy.core.multiarray", "scalar"],
+      ["builtins", "set"],
+      ["collections", "OrderedDict"],
+      ["functools", "partial"],
+      ["torch.optim.adam", "Adam"],
+      ["typing", "Any"],
+    ];
+    const naming = (module: string, name: string) => new Pickle().proto().global(module, name).raw(0x30).dict().stop().bytes();
+    const stackNaming = (module: string, name: string) => new Pickle().proto(4).str(module).str(name).raw(0x93, 0x30).dict().stop().bytes();
+    const instNaming = (module: string, name: string) =>
+      new Pickle()
+        .proto()
+        .mark()
+        .raw(0x69, ...Buffer.from(`${module}\n${name}\n`))
+        .raw(0x30)
+        .dict()
+        .stop()
+        .bytes();
+    for (const [module, name] of dangerous) {
+      for (const pickle of [naming(module!, name!), stackNaming(module!, name!), instNaming(module!, name!)]) {
+        expect(await errorCode(readAll(torchZip(pickle))), `${module}.${name}`).toBe("DangerousGlobal");
+      }
+    }
+    for (const [module, name] of harmless) {
+      const file = await readAll(torchZip(naming(module!, name!)));
+      expect(file.globals, `${module}.${name}`).toEqual(module === "builtins" || module === "collections" ? [] : [`${module}.${name}`]);
+    }
+  });
+
   it("a harmless unknown call popped from the stack: nothing read, a warning naming it", async () => {
     const popped = new Pickle().proto().global("argparse", "Namespace").raw(0x29).reduce().raw(0x30).dict().stop().bytes();
     const warnings: string[] = [];
