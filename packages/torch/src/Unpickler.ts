@@ -153,23 +153,41 @@ export function depthOf(value: PickleValue): number {
   return "depth" in value ? value.depth : 0;
 }
 
-/** The key under which a dict holds `key`: Python's equality for the hashable kinds a checkpoint uses. */
-export function dictKey(key: PickleValue, identity: () => string): string {
-  if (key === null) return "n";
-  switch (typeof key) {
-    case "string":
-      return `s${key}`;
-    case "boolean":
-      return `i${key ? 1 : 0}`;
-    case "number":
-    case "bigint":
-      return `i${key}`;
-  }
-  if (key.kind === "float") return Number.isInteger(key.value) ? `i${BigInt(key.value)}` : `f${key.value}`;
-  if (key.kind === "bytes") return `b${Array.from(key.bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-  if (key.kind === "tuple") return `t(${key.items.map((item) => dictKey(item, identity)).join(",")})`;
-  if (key.kind === "global") return `g${key.module} ${key.name}`;
-  return identity();
+/**
+ * Values one dict key may hold, counted through its nested tuples. A checkpoint's keys are str or
+ * int; a tuple that holds one smaller tuple twice, 28 levels deep, is 2^28 values from 60 bytes.
+ */
+export const MAX_KEY_VALUES = 10_000;
+
+/**
+ * The key under which a dict holds `key`: Python's equality for the hashable kinds a checkpoint
+ * uses. A tuple key is spelled out through its nested tuples, at most {@link MAX_KEY_VALUES} values;
+ * `charge` is told how many a tuple key took (a shared tuple used as a key again and again pays each time).
+ * @throws StConvertError `LimitExceeded` for a key past {@link MAX_KEY_VALUES} values.
+ */
+export function dictKey(key: PickleValue, identity: () => string, charge?: (n: number) => void): string {
+  let values = 0;
+  const spell = (k: PickleValue): string => {
+    if (++values > MAX_KEY_VALUES) throw new StConvertError("LimitExceeded", `a dict key holds more than ${MAX_KEY_VALUES} values through its nested tuples`);
+    if (k === null) return "n";
+    switch (typeof k) {
+      case "string":
+        return `s${k}`;
+      case "boolean":
+        return `i${k ? 1 : 0}`;
+      case "number":
+      case "bigint":
+        return `i${k}`;
+    }
+    if (k.kind === "float") return Number.isInteger(k.value) ? `i${BigInt(k.value)}` : `f${k.value}`;
+    if (k.kind === "bytes") return `b${Array.from(k.bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+    if (k.kind === "tuple") return `t(${k.items.map(spell).join(",")})`;
+    if (k.kind === "global") return `g${k.module} ${k.name}`;
+    return identity();
+  };
+  const spelled = spell(key);
+  if (values > 1) charge?.(values);
+  return spelled;
 }
 
 /** Calls whose result Python cannot hash: `set(...)` and `bytearray(...)` (both in torch's allowed globals). */
@@ -453,7 +471,7 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
       const mutable = unhashable(key);
       if (mutable !== undefined) bad(`unhashable type: '${mutable}' (a dict key must be hashable, as Python requires)`);
       target.entries.set(
-        dictKey(key, () => `#${identities++}`),
+        dictKey(key, () => `#${identities++}`, count),
         { key, value },
       );
       grow(target, key);
@@ -893,6 +911,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
           }
           if (target.kind === "dict" || (target.kind === "opaque" && target.callee === "collections.OrderedDict")) {
             // An OrderedDict's BUILD sets its `_metadata` attribute (per-module versions): nothing to keep.
+            // A shared list of pairs given to BUILD again and again is walked each time: charged.
+            if (state !== null && typeof state === "object" && (state.kind === "list" || state.kind === "tuple" || state.kind === "set"))
+              count(state.items.length);
             const why = dictUpdateRefusal(state);
             if (why !== undefined) bad(`BUILD on an OrderedDict with ${describeValue(state)} as its state: dict.update refuses it (${why})`);
             if (target.kind === "dict") break;

@@ -25,4 +25,13 @@ export { MAX_TORCH_INDEX_SIZE, type ShardedTorch, type TorchIndexReadOptions, re
 export { type TorchWriteOptions, writeTorch } from "./writeTorch.js";
 export { sniffTorch, torchFormat, torchIndexFormat } from "./torchFormat.js";
 export type { TorchErrorCode } from "./TorchErrorCode.js";
-export { type PickleValue, type UnpickleOptions, type Unpickled, type UnpicklerHooks, NeedMoreData, describeValue, unpickle } from "./Unpickler.js";
+export {
+  MAX_KEY_VALUES,
+  type PickleValue,
+  type UnpickleOptions,
+  type Unpickled,
+  type UnpicklerHooks,
+  NeedMoreData,
+  describeValue,
+  unpickle,
+} from "./Unpickler.js";

@@ -518,9 +518,12 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple, charge: (n: number) => vo
       if (args.items.length === 0) return { kind: "dict", entries: new Map(), depth: 1 };
       // OrderedDict(x) takes one mapping or iterable of pairs; what it refuses, torch.load refuses.
       if (args.items.length > 1) unpicklingError(`collections.OrderedDict is called with ${args.items.length} arguments; torch: "expected at most 1 argument"`);
+      // Each call walks its argument, and may make a dict of it: a shared list given again and again pays each time.
+      const given = args.items[0]!;
+      if (given !== null && typeof given === "object" && (given.kind === "list" || given.kind === "tuple" || given.kind === "set")) charge(given.items.length);
       const why = dictUpdateRefusal(args.items[0]!);
       if (why !== undefined) unpicklingError(`collections.OrderedDict is called with ${describeValue(args.items[0]!)}, which it refuses (${why})`);
-      return orderedDictOfPairs(args.items[0]!, charge);
+      return orderedDictOfPairs(given, charge);
     }
     return undefined;
   }
@@ -539,14 +542,12 @@ function orderedDictOfPairs(pairs: PickleValue, charge: (n: number) => void): Py
   for (const item of items) {
     if (item === null || typeof item !== "object" || (item.kind !== "list" && item.kind !== "tuple") || item.items.length !== 2) return undefined;
   }
-  // A new dict per call: a pickle that calls OrderedDict on one shared list many times pays per entry.
-  charge(items.length);
   const dict: PyDict = { kind: "dict", entries: new Map(), depth: 1 };
   let identities = 0;
   for (const item of items) {
     const [key, value] = (item as PyTuple).items as [PickleValue, PickleValue];
     dict.entries.set(
-      dictKey(key, () => `#pair${identities++}`),
+      dictKey(key, () => `#pair${identities++}`, charge),
       { key, value },
     );
     dict.depth = Math.max(dict.depth, depthOf(key) + 1, depthOf(value) + 1);

@@ -176,6 +176,25 @@ describe("bombs", () => {
     await expect(readTorch(torchZip(bytes), { maxObjects: 5_000 })).rejects.toThrow(/more than 5000 values \(maxObjects\)/);
   });
 
+  it("tuple-key-doubling: a dict key that holds one tuple twice at each of 28 levels (2^28 values, 60 bytes) is refused, not spelled out", async () => {
+    const p = new Pickle().proto().raw(0x7d, 0x29);
+    for (let i = 0; i < 28; i++) p.raw(0x32, 0x86); // DUP, TUPLE2: (x, x)
+    const bytes = p.raw(0x4e, 0x73).stop().bytes(); // NONE, SETITEM
+    expect(await errorCode(readAll(torchZip(bytes)))).toBe("LimitExceeded");
+    await expect(readAll(torchZip(bytes))).rejects.toThrow(/a dict key holds more than 10000 values through its nested tuples/);
+  });
+
+  it("tuple-key-reuse: one tuple key of 5,000 values set 100 times is charged each time to maxObjects", async () => {
+    const p = new Pickle().proto().raw(0x7d).mark();
+    for (let i = 0; i < 4999; i++) p.raw(0x4e);
+    p.tuple().raw(0x71, 0); // BINPUT 0
+    p.raw(0x4e, 0x73); // the first SETITEM
+    for (let i = 0; i < 99; i++) p.raw(0x68, 0, 0x4e, 0x73); // BINGET 0, NONE, SETITEM
+    const bytes = p.stop().bytes();
+    expect((await readTorch(torchZip(bytes), { maxObjects: 1_000_000 })).tensors).toEqual([]);
+    await expect(readTorch(torchZip(bytes), { maxObjects: 100_000 })).rejects.toThrow(/more than 100000 values \(maxObjects\)/);
+  });
+
   it("a memo of more entries than the limit is refused", async () => {
     const p = new Pickle().proto().raw(0x4e);
     for (let i = 0; i < 1001; i++) p.raw(0x72).u32(i);
