@@ -385,7 +385,7 @@ const REWRITING_ATTRIBUTES = new Set(["data", "real", "imag"]);
  * never writes one there.
  * @throws StConvertError `UnpicklingError`.
  */
-function checkObjectState(state: PickleValue): void {
+function checkObjectState(state: PickleValue, charge: (n: number) => void): void {
   const where = "the state of torch._tensor._rebuild_from_type_v2";
   let parts: PickleValue[] = [state];
   if (state !== null && typeof state === "object" && state.kind === "tuple") {
@@ -396,6 +396,8 @@ function checkObjectState(state: PickleValue): void {
     if (isTruthy(part) === false) continue;
     if (part !== null && typeof part === "object" && part.kind === "opaque" && part.callee === "collections.OrderedDict") continue;
     if (part === null || typeof part !== "object" || part.kind !== "dict") unpicklingError(`${where} holds ${describeValue(part)}, not a dict of attributes`);
+    // A shared state dict given to one rebuild after another is walked each time: charged.
+    charge(part.entries.size);
     for (const { key } of part.entries.values()) {
       if (typeof key !== "string") unpicklingError(`${where} names an attribute by ${describeValue(key)}; torch: "attribute name must be string"`);
       if (REWRITING_ATTRIBUTES.has(key))
@@ -509,7 +511,7 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple, charge: (n: number) => vo
           `a tensor is rebuilt as ${typeName ?? describeValue(type ?? null)}, a type st-convert does not interpret (Unsupported global)`,
         );
       }
-      checkObjectState(args.items[3]!);
+      checkObjectState(args.items[3]!, charge);
       if (typeName === "torch.nn.parameter.Parameter") return typed(tensor, "Parameter");
       if (typeName === "torch.nn.parameter.Buffer") return typed(tensor, "subclass");
       return tensor;

@@ -195,6 +195,25 @@ describe("bombs", () => {
     await expect(readTorch(torchZip(bytes), { maxObjects: 100_000 })).rejects.toThrow(/more than 100000 values \(maxObjects\)/);
   });
 
+  it("shared-attribute-state: one state dict of 5,000 attributes given to 100 tensor rebuilds is charged each time to maxObjects", async () => {
+    const p = new Pickle().proto().raw(0x7d).mark();
+    for (let i = 0; i < 5000; i++) p.str(`a${i}`).raw(0x4e);
+    p.raw(0x75, 0x71, 0, 0x30); // SETITEMS, BINPUT 0, POP: the state, memoized
+    p.raw(0x5d).mark();
+    for (let i = 0; i < 100; i++) {
+      // _rebuild_from_type_v2(_rebuild_tensor_v2, torch.Tensor, (storage, 0, (4,), (1,), False, OrderedDict()), memo[0])
+      p.global("torch._tensor", "_rebuild_from_type_v2").mark().global("torch._utils", "_rebuild_tensor_v2").global("torch", "Tensor").mark();
+      p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").int(4).tuple().raw(0x51);
+      p.int(0).ints([4]).ints([1]).raw(0x89).global("collections", "OrderedDict").raw(0x29).reduce().tuple();
+      p.raw(0x68, 0).tuple().reduce();
+    }
+    const bytes = p.raw(0x65).stop().bytes();
+    expect(bytes.byteLength).toBeLessThan(100_000);
+    const files = { "0": f32(1, 2, 3, 4) };
+    expect(await errorCode(readTorch(torchZip(bytes, files), { maxObjects: 2_000_000 }))).toBe("ok");
+    await expect(readTorch(torchZip(bytes, files), { maxObjects: 200_000 })).rejects.toThrow(/more than 200000 values \(maxObjects\)/);
+  });
+
   it("a memo of more entries than the limit is refused", async () => {
     const p = new Pickle().proto().raw(0x4e);
     for (let i = 0; i < 1001; i++) p.raw(0x72).u32(i);
