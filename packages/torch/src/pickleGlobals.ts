@@ -1,15 +1,12 @@
 /**
- * What the symbols a pickle names are: the few torch's weights-only unpickler allows (they build
- * tensors and the containers around them), and those a pickle names only to run code when Python
- * unpickles it. st-convert calls neither kind (a symbol is a name, never an import); the second
- * kind refuses the file, so that a checkpoint built to attack whoever loads it in Python is not
- * passed on as a good one.
+ * The symbols a pickle names only to run code or reach the system when Python unpickles it.
+ * st-convert calls no symbol (a symbol is a name, never an import); one of these refuses the file,
+ * so that a checkpoint built to attack whoever loads it in Python is not passed on as a good one.
  *
  * The dangerous list covers what the pickle scanners the Hugging Face Hub runs (picklescan,
  * modelaudit) treat as dangerous: modules whose every function reaches the system (processes,
  * files, sockets, the interpreter) and the builtins that evaluate code or fetch attributes.
  */
-import { TORCH_DTYPES } from "./torchSymbols.js";
 
 /**
  * Modules (and their submodules) whose names all reach the system or run code: processes (`os`
@@ -165,37 +162,4 @@ export function isDangerousGlobal(module: string, name: string): boolean {
   // module, or any segment of the name (`getattr` chains written as dotted names).
   for (const part of [...moduleParts.slice(1), ...name.split(".")]) if (REACHED_MODULES.has(part)) return true;
   return false;
-}
-
-/** Symbols torch's weights-only unpickler allows outside the patterns below. */
-const ALLOWED_SYMBOLS: ReadonlySet<string> = new Set([
-  "_codecs.encode",
-  "builtins.bytearray",
-  "builtins.bytes",
-  "builtins.complex",
-  "builtins.set",
-  "collections.Counter",
-  "collections.OrderedDict",
-  "torch.Size",
-  "torch.Tensor",
-  "torch.device",
-  "torch._tensor._rebuild_from_type_v2",
-  "torch.nn.parameter.Parameter",
-  "torch.nn.parameter.Buffer",
-  "torch.serialization._get_layout",
-  "torch.storage.UntypedStorage",
-  "torch.storage.TypedStorage",
-]);
-
-/**
- * Whether a symbol is on torch's weights-only allow-list (torch 2.13 `_get_allowed_globals`): the
- * rebuild functions, storage and legacy tensor classes, dtypes, quantization schemes, and the few
- * containers above. Everything else a pickle names is listed by the reader (`TorchFile.globals`).
- */
-export function isAllowedGlobal(module: string, name: string): boolean {
-  const full = symbolName(module, name);
-  if (ALLOWED_SYMBOLS.has(full)) return true;
-  if (module === "torch._utils" && name.startsWith("_rebuild_")) return true;
-  if (/^torch(\.cuda)?(\.sparse)?$/.test(module) && /^[A-Z][A-Za-z0-9]*(Tensor|Storage)$/.test(name)) return true;
-  return module === "torch" && (TORCH_DTYPES.has(name) || /^u?int[1-7]$/.test(name) || name.startsWith("per_"));
 }

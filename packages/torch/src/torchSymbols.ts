@@ -7,7 +7,7 @@
  */
 import type { Dtype } from "@st-convert/core";
 import { StConvertError } from "@st-convert/core";
-import { isAllowedGlobal, isDangerousGlobal, symbolName } from "./pickleGlobals.js";
+import { isDangerousGlobal, symbolName } from "./pickleGlobals.js";
 import {
   type PickleValue,
   type PyDict,
@@ -662,4 +662,37 @@ function newObject(cls: PyGlobal, args: PickleValue): PickleValue | undefined {
   // dict.__new__ ignores its arguments: an OrderedDict made this way starts empty.
   if (symbol === "collections.OrderedDict") return { kind: "dict", entries: new Map(), depth: 1 };
   return undefined;
+}
+
+/** Symbols torch's weights-only unpickler allows outside the patterns below. */
+const ALLOWED_SYMBOLS: ReadonlySet<string> = new Set([
+  "_codecs.encode",
+  "builtins.bytearray",
+  "builtins.bytes",
+  "builtins.complex",
+  "builtins.set",
+  "collections.Counter",
+  "collections.OrderedDict",
+  "torch.Size",
+  "torch.Tensor",
+  "torch.device",
+  "torch._tensor._rebuild_from_type_v2",
+  "torch.nn.parameter.Parameter",
+  "torch.nn.parameter.Buffer",
+  "torch.serialization._get_layout",
+  "torch.storage.UntypedStorage",
+  "torch.storage.TypedStorage",
+]);
+
+/**
+ * Whether a symbol is on torch's weights-only allow-list (torch 2.13 `_get_allowed_globals`): the
+ * rebuild functions, storage and legacy tensor classes, dtypes, quantization schemes, and the few
+ * containers above. Everything else a pickle names is listed by the reader (`TorchFile.globals`).
+ */
+export function isAllowedGlobal(module: string, name: string): boolean {
+  const full = symbolName(module, name);
+  if (ALLOWED_SYMBOLS.has(full)) return true;
+  if (module === "torch._utils" && name.startsWith("_rebuild_")) return true;
+  if (/^torch(\.cuda)?(\.sparse)?$/.test(module) && /^[A-Z][A-Za-z0-9]*(Tensor|Storage)$/.test(name)) return true;
+  return module === "torch" && (TORCH_DTYPES.has(name) || /^u?int[1-7]$/.test(name) || name.startsWith("per_"));
 }
