@@ -30,7 +30,9 @@ more). <file> may be - for stdin (copied to a scratch file first when it is a pi
 
 With --json, one line on stdout: {"version", "command": "info", "ok", "input": {"file", "format"},
 "metadata", "tensors": [{"name", "dtype", "shape", "bytes"}], "totals": {"tensors", "parameters",
-"bytes"}, "warnings", "error"?} (report.schema.json in the package describes every command's report).
+"bytes"}, "globals", "warnings", "error"?} (report.schema.json in the package describes every command's report).
+"globals" lists the symbols a checkpoint's pickle names outside torch's weights-only allow-list
+(none is ever run; one that runs code or reaches the system refuses the file: DangerousGlobal).
 ${section("Options", optionLines(OPTIONS))}${section("Global options", optionLines(GLOBAL_OPTIONS))}${section(
   "Format options",
   formatOptionLines(formats, formatOptions).filter((l) => !l.includes("when writing")),

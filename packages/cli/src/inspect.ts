@@ -47,6 +47,8 @@ export interface InspectedFile {
   readonly format: string;
   readonly metadata: Metadata | null;
   readonly tensors: readonly TensorEntry[];
+  /** The symbols the file's pickle names outside its reader's allow-list (none run); absent for other formats. */
+  readonly globals?: readonly string[];
 }
 
 /**
@@ -75,7 +77,7 @@ export async function inspectEntries(input: string | ByteSource, options: Inspec
     async (source, openSibling) => {
       const onWarning = options.onWarning === undefined ? undefined : (message: string) => options.onWarning?.(message, inputName);
       const { format, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, onWarning);
-      return { format: format.name, metadata: tensors.selected.metadata, tensors: tensors.selected.tensors };
+      return { format: format.name, metadata: tensors.selected.metadata, tensors: tensors.selected.tensors, globals: tensors.globals };
     },
     options.remote,
   );
@@ -132,6 +134,8 @@ export async function withSource<T>(
 export interface OpenedInput {
   selected: TensorSource;
   dropped: Set<string>;
+  /** The reader's {@link TensorSource.globals}, whatever the selection kept. */
+  globals?: readonly string[];
 }
 
 /** Recognises the input's format, reads its header and applies the transforms; errors are named by `withSource`. */
@@ -165,7 +169,7 @@ export async function openInput(
     include,
   });
   if (include !== undefined) for (const entry of all.tensors) include(entry.name);
-  return { format, tensors: { selected: transformTensors(all, transforms), dropped } };
+  return { format, tensors: { selected: transformTensors(all, transforms), dropped, globals: all.globals } };
 }
 
 /** Opens a URL input, loading the remote-input code on first use. */

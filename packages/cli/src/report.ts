@@ -58,6 +58,8 @@ export interface InfoReport extends ReportBase {
   metadata: Record<string, string> | null;
   tensors: { name: string; dtype: string; shape: number[]; bytes: number }[];
   totals: { tensors: number; parameters: number; bytes: number };
+  /** Symbols the file's pickle names outside its reader's allow-list, none of them run (`[]` for formats that cannot name code). */
+  globals?: string[];
 }
 
 /** One file of a batch. */
@@ -124,6 +126,7 @@ export function fillInfoReport(report: InfoReport, file: string, found: Inspecte
   report.metadata = found.metadata === null ? null : { ...found.metadata };
   report.tensors = found.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], bytes: t.byteLength }));
   report.totals = infoTotals(found);
+  report.globals = [...(found.globals ?? [])];
 }
 
 /** Tensors, parameters (elements) and bytes of a file's tensors. */

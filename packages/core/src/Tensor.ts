@@ -121,6 +121,12 @@ export interface TensorSource {
    * that hold them as names (a PyTorch checkpoint); they are in `metadata` too. Absent for none.
    */
   readonly aliases?: Readonly<Record<string, string>>;
+  /**
+   * Code the file names and st-convert never runs: the symbols a pickle names outside the
+   * reader's allow-list (`module.name`, PyTorch checkpoints). `info --json` lists them, so that
+   * the command doubles as a scanner. Absent for formats that cannot name code.
+   */
+  readonly globals?: readonly string[];
 }
 
 /**

@@ -146,6 +146,7 @@ export const flaxFormat: TensorFormat = {
       keepScalars: context.options["keep-scalars"] === true,
       onWarning: context.onWarning,
       rootName: fileStem(context.fileName),
+      include: context.include,
     });
   },
   async write(tensors, sink, context) {

@@ -171,6 +171,12 @@ export interface FlaxReadOptions {
   maxTreeBytes?: number;
   /** Default {@link MAX_ORDERED_TREE_BYTES}. */
   maxOrderedTreeBytes?: number;
+  /**
+   * The arrays the caller keeps (the CLI's `--filter`/`--exclude`), by name: an array whose dtype
+   * has no safetensors equivalent (complex128, …) and whose name this refuses is left out instead
+   * of refusing the file. Its payload is still checked as far as its dtype name. Default: every array.
+   */
+  include?: (name: string) => boolean;
 }
 
 /** One array of a flax file, with where its bytes are. */
@@ -330,6 +336,7 @@ class FlaxWalker {
   readonly #maxTreeBytes: number;
   readonly #maxOrderedTreeBytes: number;
   readonly #onWarning: ((message: string) => void) | undefined;
+  readonly #include: ((name: string) => boolean) | undefined;
   readonly #found: Found[] = [];
   /** Notices of skipped leaves: given only when the tree cannot be recorded. */
   readonly #warnings: string[] = [];
@@ -370,6 +377,7 @@ class FlaxWalker {
     this.#maxTreeBytes = options.maxTreeBytes ?? MAX_TREE_BYTES;
     this.#maxOrderedTreeBytes = options.maxOrderedTreeBytes ?? MAX_ORDERED_TREE_BYTES;
     this.#onWarning = options.onWarning;
+    this.#include = options.include;
   }
 
   async walk(): Promise<FlaxFile> {
@@ -705,11 +713,20 @@ class FlaxWalker {
   #array(slot: Slot, type: 1 | 3, length: number): Promise<void> | undefined {
     const cursor = this.#cursor;
     const inChunks = slot.parent?.role === "chunks";
-    const saved = cursor.limit(cursor.position + length, "InvalidArray");
+    const end = cursor.position + length;
+    const saved = cursor.limit(end, "InvalidArray");
     let ref: ArrayRef;
     try {
       ref = this.#arrayPayload(length, slot.name);
     } catch (error) {
+      // A dtype with no safetensors equivalent, in an array the caller leaves out: skipped unread.
+      if (!inChunks && isStConvertError(error) && error.code === "UnknownDtype" && this.#include?.(slot.name) === false) {
+        cursor.unlimit(saved);
+        cursor.skip(end - cursor.position);
+        this.#part(slot, "an ndarray");
+        this.#leaf(slot, type, type === 3 || slot.sepInKey || slot.parent === undefined);
+        return undefined;
+      }
       throw withContext(error, { tensor: slot.name });
     } finally {
       cursor.unlimit(saved);

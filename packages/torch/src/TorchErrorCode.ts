@@ -16,6 +16,12 @@ export type TorchErrorCode =
   | "UnpicklingError"
   /** A tensor or storage flows into a callable st-convert does not interpret (it runs none): the symbol is named. */
   | "UnsupportedGlobal"
+  /**
+   * The pickle names a callable that runs code or reaches the system when Python unpickles it
+   * (`os.system`, `builtins.eval`, `subprocess.Popen`, …): st-convert never calls it, and refuses
+   * the file so that it is not taken for a good checkpoint.
+   */
+  | "DangerousGlobal"
   /** A persistent id that is not a storage, an unknown storage class, one storage key declared two ways. */
   | "InvalidStorage"
   /** A storage a tensor needs is not in the file (no zip member, not in the legacy key list). */

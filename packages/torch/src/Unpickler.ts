@@ -90,10 +90,19 @@ export type PickleValue = null | boolean | number | bigint | string | PyFloat | 
 
 /** How the opcodes that would run code get their meaning. */
 export interface UnpicklerHooks {
+  /**
+   * Each symbol a `GLOBAL`, `STACK_GLOBAL` or `INST` names, as it is named (before anything uses
+   * it): the hook may refuse the pickle there.
+   */
+  symbol?(symbol: PyGlobal): void;
   /** `BINPERSID`/`PERSID`: the value a persistent id stands for. */
   persistentLoad(pid: PickleValue): PickleValue;
-  /** `REDUCE` of a symbol: a value, or undefined for an opaque one. */
-  reduce?(callee: PyGlobal, args: PyTuple): PickleValue | undefined;
+  /**
+   * `REDUCE` of a symbol: a value, or undefined for an opaque one. `charge(n)` counts `n` more
+   * values made against `maxObjects`: a hook that walks a shared container must charge for it, or
+   * one small pickle could have it walk the same large list again and again.
+   */
+  reduce?(callee: PyGlobal, args: PyTuple, charge: (n: number) => void): PickleValue | undefined;
   /**
    * `BUILD` on a native value: the new value, or undefined to refuse it. On an opaque one (the
    * hooks may know what its callee makes): the value to keep, or undefined to record the state as
@@ -139,28 +148,46 @@ function bad(rule: string): never {
 }
 
 /** Nesting depth of a value: 0 for scalars, the recorded depth of containers. */
-function depthOf(value: PickleValue): number {
+export function depthOf(value: PickleValue): number {
   if (value === null || typeof value !== "object") return 0;
   return "depth" in value ? value.depth : 0;
 }
 
-/** The key under which a dict holds `key`: Python's equality for the hashable kinds a checkpoint uses. */
-export function dictKey(key: PickleValue, identity: () => string): string {
-  if (key === null) return "n";
-  switch (typeof key) {
-    case "string":
-      return `s${key}`;
-    case "boolean":
-      return `i${key ? 1 : 0}`;
-    case "number":
-    case "bigint":
-      return `i${key}`;
-  }
-  if (key.kind === "float") return Number.isInteger(key.value) ? `i${BigInt(key.value)}` : `f${key.value}`;
-  if (key.kind === "bytes") return `b${Array.from(key.bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-  if (key.kind === "tuple") return `t(${key.items.map((item) => dictKey(item, identity)).join(",")})`;
-  if (key.kind === "global") return `g${key.module} ${key.name}`;
-  return identity();
+/**
+ * Values one dict key may hold, counted through its nested tuples. A checkpoint's keys are str or
+ * int; a tuple that holds one smaller tuple twice, 28 levels deep, is 2^28 values from 60 bytes.
+ */
+export const MAX_KEY_VALUES = 10_000;
+
+/**
+ * The key under which a dict holds `key`: Python's equality for the hashable kinds a checkpoint
+ * uses. A tuple key is spelled out through its nested tuples, at most {@link MAX_KEY_VALUES} values;
+ * `charge` is told how many a tuple key took (a shared tuple used as a key again and again pays each time).
+ * @throws StConvertError `LimitExceeded` for a key past {@link MAX_KEY_VALUES} values.
+ */
+export function dictKey(key: PickleValue, identity: () => string, charge?: (n: number) => void): string {
+  let values = 0;
+  const spell = (k: PickleValue): string => {
+    if (++values > MAX_KEY_VALUES) throw new StConvertError("LimitExceeded", `a dict key holds more than ${MAX_KEY_VALUES} values through its nested tuples`);
+    if (k === null) return "n";
+    switch (typeof k) {
+      case "string":
+        return `s${k}`;
+      case "boolean":
+        return `i${k ? 1 : 0}`;
+      case "number":
+      case "bigint":
+        return `i${k}`;
+    }
+    if (k.kind === "float") return Number.isInteger(k.value) ? `i${BigInt(k.value)}` : `f${k.value}`;
+    if (k.kind === "bytes") return `b${Array.from(k.bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+    if (k.kind === "tuple") return `t(${k.items.map(spell).join(",")})`;
+    if (k.kind === "global") return `g${k.module} ${k.name}`;
+    return identity();
+  };
+  const spelled = spell(key);
+  if (values > 1) charge?.(values);
+  return spelled;
 }
 
 /** Calls whose result Python cannot hash: `set(...)` and `bytearray(...)` (both in torch's allowed globals). */
@@ -366,8 +393,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
       return bad(`${what} is not valid UTF-8`);
     }
   };
-  const count = (): void => {
-    if (++objects > maxObjects) {
+  const count = (n = 1): void => {
+    objects += n;
+    if (objects > maxObjects) {
       throw new StConvertError("LimitExceeded", `the pickle makes more than ${maxObjects} values (maxObjects)`);
     }
   };
@@ -443,7 +471,7 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
       const mutable = unhashable(key);
       if (mutable !== undefined) bad(`unhashable type: '${mutable}' (a dict key must be hashable, as Python requires)`);
       target.entries.set(
-        dictKey(key, () => `#${identities++}`),
+        dictKey(key, () => `#${identities++}`, count),
         { key, value },
       );
       grow(target, key);
@@ -471,14 +499,16 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
     // is Python's hash order, which nothing here can know).
     let args = given;
     if (args !== null && typeof args === "object" && (args.kind === "list" || (args.kind === "set" && args.items.length <= 1))) {
+      count(args.items.length);
       args = { kind: "tuple", items: [...args.items], depth: args.depth };
     } else if (args !== null && typeof args === "object" && args.kind === "dict") {
+      count(args.entries.size);
       args = { kind: "tuple", items: Array.from(args.entries.values(), (e) => e.key), depth: args.depth };
     }
     if (args === null || typeof args !== "object" || args.kind !== "tuple")
       bad(`the arguments of ${symbolName(callee)} are ${describeValue(args)}, not a tuple`);
     if (callee !== null && typeof callee === "object" && callee.kind === "global") {
-      const made = pickledBytes(callee, args as PyTuple) ?? hooks.reduce?.(callee, args as PyTuple);
+      const made = pickledBytes(callee, args as PyTuple) ?? hooks.reduce?.(callee, args as PyTuple, count);
       if (made !== undefined) return made;
     }
     return opaque(symbolName(callee), [args]);
@@ -798,7 +828,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
         const module = written === "__builtin__" ? "builtins" : written;
         const name = text(line(), "a GLOBAL name");
         count();
-        push({ kind: "global", module, name });
+        const symbol: PyGlobal = { kind: "global", module, name };
+        hooks.symbol?.(symbol);
+        push(symbol);
         break;
       }
       case 0x93: {
@@ -807,7 +839,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
         const module = pop();
         if (typeof name !== "string" || typeof module !== "string") bad("STACK_GLOBAL requires str");
         count();
-        push({ kind: "global", module: module as string, name: name as string });
+        const symbol: PyGlobal = { kind: "global", module: module as string, name: name as string };
+        hooks.symbol?.(symbol);
+        push(symbol);
         break;
       }
       case 0x52: {
@@ -837,8 +871,10 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
         // INST: module and name lines, arguments since the mark
         const module = text(line(), "an INST module name");
         const name = text(line(), "an INST name");
+        const symbol: PyGlobal = { kind: "global", module, name };
+        hooks.symbol?.(symbol);
         const args = popMark();
-        push(call({ kind: "global", module, name }, tuple(args)));
+        push(call(symbol, tuple(args)));
         break;
       }
       case 0x6f: {
@@ -875,6 +911,9 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
           }
           if (target.kind === "dict" || (target.kind === "opaque" && target.callee === "collections.OrderedDict")) {
             // An OrderedDict's BUILD sets its `_metadata` attribute (per-module versions): nothing to keep.
+            // A shared list of pairs given to BUILD again and again is walked each time: charged.
+            if (state !== null && typeof state === "object" && (state.kind === "list" || state.kind === "tuple" || state.kind === "set"))
+              count(state.items.length);
             const why = dictUpdateRefusal(state);
             if (why !== undefined) bad(`BUILD on an OrderedDict with ${describeValue(state)} as its state: dict.update refuses it (${why})`);
             if (target.kind === "dict") break;

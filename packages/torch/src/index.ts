@@ -13,6 +13,8 @@ export {
   MAX_RANK,
   MAX_STACK_SIZE,
   MAX_WARNINGS,
+  NAMING_VISITS_BASE,
+  NAMING_VISITS_PER_PICKLE_BYTE,
   type TorchFile,
   type TorchReadOptions,
   type TorchTensor,
@@ -23,4 +25,13 @@ export { MAX_TORCH_INDEX_SIZE, type ShardedTorch, type TorchIndexReadOptions, re
 export { type TorchWriteOptions, writeTorch } from "./writeTorch.js";
 export { sniffTorch, torchFormat, torchIndexFormat } from "./torchFormat.js";
 export type { TorchErrorCode } from "./TorchErrorCode.js";
-export { type PickleValue, type UnpickleOptions, type Unpickled, type UnpicklerHooks, NeedMoreData, describeValue, unpickle } from "./Unpickler.js";
+export {
+  MAX_KEY_VALUES,
+  type PickleValue,
+  type UnpickleOptions,
+  type Unpickled,
+  type UnpicklerHooks,
+  NeedMoreData,
+  describeValue,
+  unpickle,
+} from "./Unpickler.js";

@@ -91,6 +91,18 @@ const MAX_FILE_FORMAT_VERSION = 10;
  */
 export const GATHER_TILE_SIZE = 32 * 1024 * 1024;
 
+/**
+ * Values the naming walk may visit per byte of the pickle, beyond {@link NAMING_VISITS_BASE}. A
+ * value the pickle makes once costs at least one byte, so a walk of a file without sharing
+ * visits fewer values than the pickle has bytes; a shared container is walked each time it is
+ * reached (a tied weight, a config referred to twice), which real files do a few times. One list
+ * referred to 100 times at each of three levels (`[[[t] * 100] * 100] * 100`, 2 KB) would make a
+ * million names: refused here, after a few thousand visits.
+ */
+export const NAMING_VISITS_PER_PICKLE_BYTE = 8;
+/** Visits always allowed, whatever the pickle's size: 10,000 names from a tiny pickle cost nothing. */
+export const NAMING_VISITS_BASE = 10_000;
+
 /** Skipped values reported one by one; the rest are counted in one line. */
 export const MAX_WARNINGS = 20;
 
@@ -121,8 +133,10 @@ export interface TorchReadOptions {
   maxStackSize?: number;
   /** Default {@link MAX_NESTING_DEPTH}. */
   maxNestingDepth?: number;
-  /** Values made by the pickle, and values visited when naming tensors. Default {@link MAX_PICKLE_OBJECTS}. */
+  /** Values made by the pickle, and at most this many visited when naming tensors. Default {@link MAX_PICKLE_OBJECTS}. */
   maxObjects?: number;
+  /** Values the naming walk may visit per byte of the pickle (besides {@link NAMING_VISITS_BASE}). Default {@link NAMING_VISITS_PER_PICKLE_BYTE}. */
+  maxVisitsPerPickleByte?: number;
   /** Default {@link MAX_EXPANDED_BYTES}. */
   maxExpandedBytes?: number;
   /** Default {@link MAX_GATHER_WINDOW}. */
@@ -133,6 +147,14 @@ export interface TorchReadOptions {
   maxWarnings?: number;
   /** `"fflate"` forces the portable codec (CRC-32, inflate) browsers use; default `node:zlib` when present. */
   codec?: "auto" | "fflate";
+  /**
+   * The tensors the caller keeps (the CLI's `--filter`/`--exclude`), by name: a tensor, or a value
+   * holding tensors, whose name this refuses is left out before it is judged, so that one with no
+   * safetensors form (complex128, quantized, sparse, nested) can be dropped instead of refusing
+   * the file. The file itself is still checked whole (its pickle, its storages, every view).
+   * Default: every tensor.
+   */
+  include?: (name: string) => boolean;
 }
 
 /** One tensor of a checkpoint: a view of a storage, delivered in C order. */
@@ -160,6 +182,13 @@ export interface TorchFile extends TensorSource {
   readonly skipped: readonly string[];
   /** True when the file's storages are big-endian (swapped as they are read). */
   readonly bigEndian: boolean;
+  /**
+   * Every symbol the file's pickles name outside torch's weights-only allow-list (`module.name`,
+   * first-named order; `argparse.Namespace`, `numpy.core.multiarray.scalar`…): none was run. A
+   * pickle naming a dangerous one (`os.system`, `builtins.eval`, …) is refused instead
+   * (`DangerousGlobal`).
+   */
+  readonly globals: readonly string[];
 }
 
 function fail(
@@ -500,7 +529,7 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
   const pickle = await small(pickleMember, options.maxPickleSize ?? MAX_PICKLE_SIZE, "the pickle");
   const hooks = torchHooks("zip");
   const { value, opaqueCalls } = unpickle(pickle, hooks, unpickleOptions(options));
-  const named = nameTensors(value, opaqueCalls, options);
+  const named = nameTensors(value, opaqueCalls, pickle.byteLength, options);
   checkViews(named, hooks);
 
   const storages = new Map<string, StorageBytes>();
@@ -515,7 +544,7 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
     }
     return bytes;
   };
-  const file = finish("torch-zip", named, storageOf, bigEndian, options);
+  const file = finish("torch-zip", named, storageOf, bigEndian, options, hooks.globals);
   // torch loads every storage the pickle declares, a tensor of the output or not, and refuses one
   // whose record is missing or of another size ("record size ... does not match expected size").
   for (const ref of hooks.storages.values()) {
@@ -565,27 +594,30 @@ async function pickleAt(source: ByteSource, offset: number, options: TorchReadOp
 
 async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOptions): Promise<TorchFile> {
   let at = 0;
+  // The small pickles around the object pickle are judged by the same rules (a symbol in the key list runs as well as any).
+  const headerHooks = torchHooks("legacy");
   const next = async (what: string): Promise<PickleValue> => {
-    const { value, end } = await pickleAt(source, at, options, what);
+    const { value, end } = await pickleAt(source, at, options, what, headerHooks);
     at += end;
     return value;
   };
   const magic = await next("the magic number");
   if (magic !== LEGACY_MAGIC) fail("InvalidCheckpoint", "Invalid magic number; corrupt file?");
+  // torch compares with `!=`: 1001.0 is the same number (a bool is not: True == 1).
   const protocol = await next("the protocol version");
-  if (protocol !== LEGACY_PROTOCOL) fail("InvalidCheckpoint", `Invalid protocol version: ${describeValue(protocol)} (torch writes ${LEGACY_PROTOCOL})`);
-  const sysInfo = await next("sys_info");
-  let bigEndian = false;
-  if (sysInfo !== null && typeof sysInfo === "object" && sysInfo.kind === "dict") {
-    const little = sysInfo.entries.get("slittle_endian")?.value;
-    if (little === false) bigEndian = true;
-  }
+  const protocolNumber =
+    typeof protocol === "number" ? protocol : protocol !== null && typeof protocol === "object" && protocol.kind === "float" ? protocol.value : undefined;
+  if (protocolNumber !== LEGACY_PROTOCOL) fail("InvalidCheckpoint", `Invalid protocol version: ${describeValue(protocol)} (torch writes ${LEGACY_PROTOCOL})`);
+  // sys_info is read and ignored, as torch ignores it: its `little_endian` flag changes nothing,
+  // since torch writes and reads a legacy file's counts and elements little-endian on every machine.
+  await next("sys_info");
+  const bigEndian = false;
   const hooks = torchHooks("legacy");
   const { value, end, opaqueCalls } = await pickleAt(source, at, options, "the object pickle", hooks);
   at += end;
   // A legacy storage is made empty and resizable, so torch's set_ grows it as the pickle builds a
   // view past it: the view is judged later, against the storage's record (tensorEntry).
-  const named = nameTensors(value, opaqueCalls, options);
+  const named = nameTensors(value, opaqueCalls, end, options);
   const keysValue = await next("the storage key list");
   const keys = storageKeys(keysValue);
   // Storage records follow in the key list's order: an 8-byte element count, then the elements.
@@ -595,7 +627,7 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
     const ref = declared.get(key);
     if (at + 8 > source.size) fail("StorageSizeMismatch", `the file ends at byte ${source.size}, before the record of storage ${JSON.stringify(key)}`);
     const countBytes = await source.read(at, 8);
-    const count = new DataView(countBytes.buffer, countBytes.byteOffset, 8).getBigUint64(0, !bigEndian);
+    const count = new DataView(countBytes.buffer, countBytes.byteOffset, 8).getBigUint64(0, true);
     if (ref === undefined) {
       fail("InvalidStorage", `storage ${JSON.stringify(key)} is listed but no persistent id declares it, so its element size is unknown`);
     }
@@ -614,7 +646,7 @@ async function readLegacyCheckpoint(source: ByteSource, options: TorchReadOption
     if (bytes === undefined) fail("MissingStorage", `storage ${JSON.stringify(ref.key)} is not in the file's storage key list`);
     return bytes;
   };
-  return finish("torch-legacy", named, storageOf, bigEndian, options);
+  return finish("torch-legacy", named, storageOf, bigEndian, options, new Set([...headerHooks.globals, ...hooks.globals]));
 }
 
 /**
@@ -661,23 +693,31 @@ interface NamedTensor {
 }
 
 interface Named {
-  /** Every tensor found, in the pickle's order. */
+  /** Every tensor found, in the pickle's order, but those the caller's selection left out. */
   readonly all: readonly NamedTensor[];
+  /** Tensors the caller's selection left out: their views are still checked. */
+  readonly excluded: readonly NamedTensor[];
   readonly skipped: readonly string[];
 }
 
-/** The first storage or tensor inside `value`, visiting each container once. */
-function findTorch(value: PickleValue, maxVisits: number, callees?: Set<string>): StorageRef | TensorRef | undefined {
+/**
+ * The first storage or tensor inside `value`, visiting each container once; `visit` is called for
+ * each (the naming walk's budget). With `whole`, the walk goes on past it, to find every callee.
+ */
+function findTorch(value: PickleValue, visit: () => void, callees?: Set<string>, whole = false): StorageRef | TensorRef | undefined {
+  let found: StorageRef | TensorRef | undefined;
   const seen = new Set<object>();
   const stack: PickleValue[] = [value];
   while (stack.length > 0) {
     const v = stack.pop()!;
     if (v === null || typeof v !== "object" || seen.has(v)) continue;
     seen.add(v);
-    if (seen.size > maxVisits) fail("LimitExceeded", `a value holds more than ${maxVisits} values (maxObjects)`);
+    visit();
     switch (v.kind) {
       case "native":
-        return asTorch(v);
+        found ??= asTorch(v);
+        if (!whole) return found;
+        break;
       case "tuple":
       case "list":
       case "set":
@@ -692,7 +732,7 @@ function findTorch(value: PickleValue, maxVisits: number, callees?: Set<string>)
         break;
     }
   }
-  return undefined;
+  return found;
 }
 
 /** A dict key as a name segment: a str as it is, an int in decimal; undefined for other keys. */
@@ -712,8 +752,19 @@ function entryOf(dict: PickleValue, key: string): PickleValue | undefined {
  * are the leaves; anything else is skipped and reported. Shared containers are walked each time
  * they are reached (as Python would), within `maxObjects` visits.
  */
-function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options: TorchReadOptions): Named {
-  const maxVisits = options.maxObjects ?? MAX_PICKLE_OBJECTS;
+function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBytes: number, options: TorchReadOptions): Named {
+  const perByte = options.maxVisitsPerPickleByte ?? NAMING_VISITS_PER_PICKLE_BYTE;
+  const maxVisits = Math.min(options.maxObjects ?? MAX_PICKLE_OBJECTS, NAMING_VISITS_BASE + perByte * pickleBytes);
+  // One budget for every visit: the walk itself and its searches for tensors inside values.
+  let visits = 0;
+  const visit = (): void => {
+    if (++visits > maxVisits) {
+      fail(
+        "LimitExceeded",
+        `naming the tensors visits more than ${maxVisits} values (${NAMING_VISITS_BASE} + ${perByte} per byte of the ${pickleBytes}-byte pickle): the pickle refers to its containers over and over (maxVisitsPerPickleByte)`,
+      );
+    }
+  };
   const maxDepth = options.maxNestingDepth ?? MAX_NESTING_DEPTH;
   const maxWarnings = options.maxWarnings ?? MAX_WARNINGS;
   const skipped: string[] = [];
@@ -748,7 +799,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
     const wrapper = entryOf(root, "state_dict");
     const bearing =
       root !== null && typeof root === "object" && root.kind === "dict"
-        ? [...root.entries.values()].filter((e) => findTorch(e.value, maxVisits) !== undefined).map((e) => e.key)
+        ? [...root.entries.values()].filter((e) => findTorch(e.value, visit) !== undefined).map((e) => e.key)
         : [];
     if (wrapper !== undefined && bearing.length === 1 && bearing[0] === "state_dict" && root !== null && typeof root === "object" && root.kind === "dict") {
       // A training checkpoint: the tensors are named as in the state dict; the other entries are reported under their own names.
@@ -759,13 +810,23 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
         else stack.push({ value: siblings[i]!.value, name, depth: 1 });
       }
       stack.push({ value: wrapper, name: undefined, depth: 0 });
-    } else stack.push({ value: root, name: undefined, depth: 0 });
+    } else {
+      // A training checkpoint whose optimizer state (or EMA, loops…) holds tensors too (a Lightning
+      // .ckpt): everything is converted, and the user is told once how to take just the model.
+      if (wrapper !== undefined && bearing.includes("state_dict")) {
+        options.onWarning?.(
+          'the checkpoint has a top-level "state_dict" beside other entries holding tensors: all are converted; --key state_dict gives just the model',
+        );
+      }
+      stack.push({ value: root, name: undefined, depth: 0 });
+    }
   }
 
   const all: NamedTensor[] = [];
+  const excluded: NamedTensor[] = [];
+  const include = options.include ?? (() => true);
   const names = new Set<string>();
   const onPath = new Set<object>();
-  let visits = 0;
   while (stack.length > 0) {
     const frame = stack.pop()!;
     if ("exit" in frame) {
@@ -773,7 +834,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       continue;
     }
     const { value, depth } = frame;
-    if (++visits > maxVisits) fail("LimitExceeded", `naming the tensors visits more than ${maxVisits} values: shared containers repeat too often (maxObjects)`);
+    visit();
     if (depth > maxDepth) fail("LimitExceeded", `values nest deeper than ${maxDepth} levels (maxNestingDepth)`);
     const name = frame.name ?? options.rootName ?? "tensor";
     const child = (s: string): string => (frame.name === undefined ? s : `${frame.name}.${s}`);
@@ -789,11 +850,16 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       }
       if (names.has(name)) fail("DuplicateKey", 'two tensors have this name (a key holding "." beside the same path nested)', name);
       names.add(name);
-      all.push({ name, ref: torch });
+      (include(name) ? all : excluded).push({ name, ref: torch });
       continue;
     }
     if (value.kind === "opaque") {
-      const inside = findTorch(value, maxVisits, reported);
+      const inside = findTorch(value, visit, reported);
+      if (inside !== undefined && !include(name)) {
+        // Left out by the caller: the calls inside it (a sparse tensor's layout) are not reported either.
+        findTorch(value, visit, reported, true);
+        continue;
+      }
       if (inside !== undefined) {
         fail(
           "UnsupportedGlobal",
@@ -805,7 +871,10 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       continue;
     }
     if (value.kind === "set") {
-      if (findTorch(value, maxVisits) !== undefined) fail("UnsupportedGlobal", "a set holds tensors: sets have no names to give them", name);
+      if (findTorch(value, visit) !== undefined) {
+        if (!include(name)) continue;
+        fail("UnsupportedGlobal", "a set holds tensors: sets have no names to give them", name);
+      }
       skip(name, "a set");
       continue;
     }
@@ -820,7 +889,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       for (let i = entries.length - 1; i >= 0; i--) {
         const s = segment(entries[i]!.key);
         if (s === undefined) {
-          if (findTorch(entries[i]!.value, maxVisits) !== undefined)
+          if (findTorch(entries[i]!.value, visit) !== undefined)
             fail("InvalidName", `a tensor under a ${describeValue(entries[i]!.key)} key has no name`, name);
           skip(`${name}[${describeValue(entries[i]!.key)} key]`, "an entry whose key is not a str or an int");
           continue;
@@ -841,7 +910,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], options:
       warn(`the pickle also calls ${unreported.join(", ")}: st-convert ran none of it, and nothing those calls would return is in the output`);
     }
   }
-  return { all, skipped };
+  return { all, excluded, skipped };
 }
 
 // ----- tensors -----
@@ -870,7 +939,7 @@ function isContiguous(shape: readonly number[], strides: readonly number[]): boo
  */
 function checkViews(named: Named, hooks: TorchHooks): void {
   if (hooks.badViews.length === 0) return;
-  for (const t of named.all) if (t.ref.viewError !== undefined) fail("InvalidTensor", t.ref.viewError, t.name);
+  for (const t of [...named.all, ...named.excluded]) if (t.ref.viewError !== undefined) fail("InvalidTensor", t.ref.viewError, t.name);
   fail("InvalidTensor", `a tensor the pickle builds and then leaves out of its result: ${hooks.badViews[0]!.viewError}`);
 }
 
@@ -1137,6 +1206,7 @@ function finish(
   storageOf: (ref: StorageRef) => StorageBytes,
   bigEndian: boolean,
   options: TorchReadOptions,
+  globals: ReadonlySet<string>,
 ): TorchFile {
   const groups = new Map<string, NamedTensor[]>();
   for (const t of named.all) {
@@ -1168,5 +1238,5 @@ function finish(
     if (!removed.has(t.name)) tensors.push(entry);
   }
   const metadata = createMetadata([["format", "pt"], ...Object.entries(aliases)]);
-  return { format, metadata, tensors, aliases, skipped: named.skipped, bigEndian };
+  return { format, metadata, tensors, aliases, skipped: named.skipped, bigEndian, globals: [...globals] };
 }

@@ -56,7 +56,12 @@ export const torchFormat: TensorFormat = {
   // The reader and writer load on first use: a command that touches no checkpoint does not pay for them.
   async open(source, context) {
     const { readTorch } = await readerModule();
-    return readTorch(source, { key: stringOption(context.options, "key"), onWarning: context.onWarning, rootName: fileStem(context.fileName) });
+    return readTorch(source, {
+      key: stringOption(context.options, "key"),
+      onWarning: context.onWarning,
+      rootName: fileStem(context.fileName),
+      include: context.include,
+    });
   },
   async write(tensors, sink, context) {
     const { writeTorch } = await writerModule();

@@ -7,14 +7,18 @@
  */
 import type { Dtype } from "@st-convert/core";
 import { StConvertError } from "@st-convert/core";
+import { isDangerousGlobal, symbolName } from "./pickleGlobals.js";
 import {
   type PickleValue,
+  type PyDict,
   type PyGlobal,
   type PyNative,
   type PyOpaque,
   type PyTuple,
   type UnpicklerHooks,
+  depthOf,
   describeValue,
+  dictKey,
   dictUpdateRefusal,
   pyTruth,
   splitState,
@@ -233,7 +237,9 @@ export function storageFromPersistentId(pid: PickleValue, format: "zip" | "legac
     throw new StConvertError("InvalidStorage", rule);
   };
   if (pid === null || typeof pid !== "object" || pid.kind !== "tuple") return invalidStorage(`a persistent id is ${describeValue(pid)}, not a storage tuple`);
-  const [tag, cls, key, , numel, view] = pid.items;
+  const [tag, cls, key, , declaredNumel, view] = pid.items;
+  // torch multiplies the count by the element size: a bool counts as 0 or 1, as Python's bool is an int.
+  const numel = typeof declaredNumel === "boolean" ? Number(declaredNumel) : declaredNumel;
   if (tag !== "storage") {
     const what = typeof tag === "string" ? JSON.stringify(tag) : describeValue((tag ?? null) as PickleValue);
     return invalidStorage(`a persistent id of type ${what} is not a storage (torch writes only 'storage')`);
@@ -379,7 +385,7 @@ const REWRITING_ATTRIBUTES = new Set(["data", "real", "imag"]);
  * never writes one there.
  * @throws StConvertError `UnpicklingError`.
  */
-function checkObjectState(state: PickleValue): void {
+function checkObjectState(state: PickleValue, charge: (n: number) => void): void {
   const where = "the state of torch._tensor._rebuild_from_type_v2";
   let parts: PickleValue[] = [state];
   if (state !== null && typeof state === "object" && state.kind === "tuple") {
@@ -390,6 +396,8 @@ function checkObjectState(state: PickleValue): void {
     if (isTruthy(part) === false) continue;
     if (part !== null && typeof part === "object" && part.kind === "opaque" && part.callee === "collections.OrderedDict") continue;
     if (part === null || typeof part !== "object" || part.kind !== "dict") unpicklingError(`${where} holds ${describeValue(part)}, not a dict of attributes`);
+    // A shared state dict given to one rebuild after another is walked each time: charged.
+    charge(part.entries.size);
     for (const { key } of part.entries.values()) {
       if (typeof key !== "string") unpicklingError(`${where} names an attribute by ${describeValue(key)}; torch: "attribute name must be string"`);
       if (REWRITING_ATTRIBUTES.has(key))
@@ -413,6 +421,8 @@ export interface TorchHooks extends UnpicklerHooks {
   readonly storages: ReadonlyMap<string, StorageRef>;
   /** Tensors built over views that leave their storage, in the order built. */
   readonly badViews: readonly TensorRef[];
+  /** Symbols named outside torch's weights-only allow-list (`module.name`), in first-named order. */
+  readonly globals: ReadonlySet<string>;
 }
 
 /**
@@ -423,9 +433,20 @@ export interface TorchHooks extends UnpicklerHooks {
 export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
   const storages = new Map<string, StorageRef>();
   const badViews: TensorRef[] = [];
+  const globals = new Set<string>();
   return {
     storages,
     badViews,
+    globals,
+    symbol({ module, name }) {
+      if (isDangerousGlobal(module, name)) {
+        throw new StConvertError(
+          "DangerousGlobal",
+          `the pickle names ${symbolName(module, name)}, which runs code or reaches the system when Python unpickles the file (st-convert ran nothing): refused`,
+        );
+      }
+      if (!isAllowedGlobal(module, name)) globals.add(symbolName(module, name));
+    },
     persistentLoad(pid) {
       const made = storageFromPersistentId(pid, format);
       const ref = asTorch(made) as StorageRef;
@@ -439,8 +460,8 @@ export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
       }
       return made;
     },
-    reduce(callee, args) {
-      const made = reduceSymbol(callee, args);
+    reduce(callee, args, charge) {
+      const made = reduceSymbol(callee, args, charge);
       const tensor = made === undefined ? undefined : asTorch(made);
       if (tensor?.kind === "tensor" && tensor.viewError !== undefined) badViews.push(tensor);
       return made;
@@ -450,7 +471,7 @@ export function torchHooks(format: "zip" | "legacy" = "zip"): TorchHooks {
   };
 }
 
-function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined {
+function reduceSymbol(callee: PyGlobal, args: PyTuple, charge: (n: number) => void): PickleValue | undefined {
   {
     const symbol = `${callee.module}.${callee.name}`;
     if (callee.module === "torch._utils" && REBUILD_TENSOR.has(callee.name)) return rebuildTensor(callee.name, args);
@@ -490,7 +511,7 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
           `a tensor is rebuilt as ${typeName ?? describeValue(type ?? null)}, a type st-convert does not interpret (Unsupported global)`,
         );
       }
-      checkObjectState(args.items[3]!);
+      checkObjectState(args.items[3]!, charge);
       if (typeName === "torch.nn.parameter.Parameter") return typed(tensor, "Parameter");
       if (typeName === "torch.nn.parameter.Buffer") return typed(tensor, "subclass");
       return tensor;
@@ -499,12 +520,41 @@ function reduceSymbol(callee: PyGlobal, args: PyTuple): PickleValue | undefined 
       if (args.items.length === 0) return { kind: "dict", entries: new Map(), depth: 1 };
       // OrderedDict(x) takes one mapping or iterable of pairs; what it refuses, torch.load refuses.
       if (args.items.length > 1) unpicklingError(`collections.OrderedDict is called with ${args.items.length} arguments; torch: "expected at most 1 argument"`);
+      // Each call walks its argument, and may make a dict of it: a shared list given again and again pays each time.
+      const given = args.items[0]!;
+      if (given !== null && typeof given === "object" && (given.kind === "list" || given.kind === "tuple" || given.kind === "set")) charge(given.items.length);
       const why = dictUpdateRefusal(args.items[0]!);
       if (why !== undefined) unpicklingError(`collections.OrderedDict is called with ${describeValue(args.items[0]!)}, which it refuses (${why})`);
-      return undefined;
+      return orderedDictOfPairs(given, charge);
     }
     return undefined;
   }
+}
+
+/**
+ * `OrderedDict(pairs)` as Python 2's pickle wrote every `OrderedDict` (torch ≤ 1.4 under Python 2:
+ * `REDUCE(collections.OrderedDict, ([[key, value], …],))`), which torch's weights-only unpickler
+ * calls: a dict of the pairs, a later key replacing the value of an earlier one in its place.
+ * Only a list or tuple of two-item lists or tuples is read; any other argument (a generator, a
+ * mapping) stays an opaque value, its tensors refused by name.
+ */
+function orderedDictOfPairs(pairs: PickleValue, charge: (n: number) => void): PyDict | undefined {
+  if (pairs === null || typeof pairs !== "object" || (pairs.kind !== "list" && pairs.kind !== "tuple")) return undefined;
+  const items = pairs.items;
+  for (const item of items) {
+    if (item === null || typeof item !== "object" || (item.kind !== "list" && item.kind !== "tuple") || item.items.length !== 2) return undefined;
+  }
+  const dict: PyDict = { kind: "dict", entries: new Map(), depth: 1 };
+  let identities = 0;
+  for (const item of items) {
+    const [key, value] = (item as PyTuple).items as [PickleValue, PickleValue];
+    dict.entries.set(
+      dictKey(key, () => `#pair${identities++}`, charge),
+      { key, value },
+    );
+    dict.depth = Math.max(dict.depth, depthOf(key) + 1, depthOf(value) + 1);
+  }
+  return dict;
 }
 
 /**
@@ -612,4 +662,37 @@ function newObject(cls: PyGlobal, args: PickleValue): PickleValue | undefined {
   // dict.__new__ ignores its arguments: an OrderedDict made this way starts empty.
   if (symbol === "collections.OrderedDict") return { kind: "dict", entries: new Map(), depth: 1 };
   return undefined;
+}
+
+/** Symbols torch's weights-only unpickler allows outside the patterns below. */
+const ALLOWED_SYMBOLS: ReadonlySet<string> = new Set([
+  "_codecs.encode",
+  "builtins.bytearray",
+  "builtins.bytes",
+  "builtins.complex",
+  "builtins.set",
+  "collections.Counter",
+  "collections.OrderedDict",
+  "torch.Size",
+  "torch.Tensor",
+  "torch.device",
+  "torch._tensor._rebuild_from_type_v2",
+  "torch.nn.parameter.Parameter",
+  "torch.nn.parameter.Buffer",
+  "torch.serialization._get_layout",
+  "torch.storage.UntypedStorage",
+  "torch.storage.TypedStorage",
+]);
+
+/**
+ * Whether a symbol is on torch's weights-only allow-list (torch 2.13 `_get_allowed_globals`): the
+ * rebuild functions, storage and legacy tensor classes, dtypes, quantization schemes, and the few
+ * containers above. Everything else a pickle names is listed by the reader (`TorchFile.globals`).
+ */
+export function isAllowedGlobal(module: string, name: string): boolean {
+  const full = symbolName(module, name);
+  if (ALLOWED_SYMBOLS.has(full)) return true;
+  if (module === "torch._utils" && name.startsWith("_rebuild_")) return true;
+  if (/^torch(\.cuda)?(\.sparse)?$/.test(module) && /^[A-Z][A-Za-z0-9]*(Tensor|Storage)$/.test(name)) return true;
+  return module === "torch" && (TORCH_DTYPES.has(name) || /^u?int[1-7]$/.test(name) || name.startsWith("per_"));
 }

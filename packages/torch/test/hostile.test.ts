@@ -51,30 +51,86 @@ describe("code the pickle names is never run", () => {
     ["subprocess", "Popen", (p) => p.mark().raw(0x5d).str("touch").raw(0x61).str(marker).raw(0x61).tuple()],
   ];
   for (const [module, name, args] of calls) {
-    it(`${module}.${name} beside a tensor: skipped with a warning naming it, the marker file never made`, async () => {
+    it(`${module}.${name} beside a tensor: the file is refused naming it, the marker file never made`, async () => {
       const p = new Pickle().proto().dict().str("w").tensor(W).setitem().str("evil").global(module, name);
       const pickle = args(p).reduce().setitem().stop().bytes();
-      const warnings: string[] = [];
-      const file = await readAll(torchZip(pickle, { "0": f32(1, 2, 3, 4) }), warnings);
-      expect(file.tensors.map((t) => t.name)).toEqual(["w"]);
-      expect(warnings).toEqual([`skipped "evil": an object made by ${module}.${name} (not run)`]);
+      await expect(readAll(torchZip(pickle, { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(new RegExp(`the pickle names ${module}\\.${name}, which runs code`));
+      expect(await errorCode(readAll(torchZip(pickle, { "0": f32(1, 2, 3, 4) })))).toBe("DangerousGlobal");
       expect(existsSync(marker)).toBe(false);
     });
 
-    it(`${module}.${name} as the whole pickle (popped or returned): nothing read, a warning, no marker`, async () => {
+    it(`${module}.${name} as the whole pickle (popped or returned): refused, no marker`, async () => {
       const popped = args(new Pickle().proto().global(module, name)).reduce().raw(0x30).dict().stop().bytes();
-      const warnings: string[] = [];
-      const file = await readAll(torchZip(popped), warnings);
-      expect(file.tensors).toEqual([]);
-      expect(warnings.join("\n")).toContain(`the pickle also calls ${module}.${name}: st-convert ran none of it`);
+      expect(await errorCode(readAll(torchZip(popped)))).toBe("DangerousGlobal");
       expect(existsSync(marker)).toBe(false);
     });
   }
 
-  it("a tensor given to os.system is refused, naming the symbol", async () => {
-    const pickle = new Pickle().proto().dict().str("x").global("os", "system").mark().tensor(W).tuple().reduce().setitem().stop().bytes();
+  it("dangerous-globals: a symbol is judged by its name alone, wherever it is named (GLOBAL, STACK_GLOBAL, INST)", async () => {
+    const dangerous = [
+      ["os", "system"],
+      ["os.path", "join"],
+      ["nt", "system"],
+      ["subprocess", "run"],
+      ["__builtin__", "eval"],
+      ["builtins", "__import__"],
+      ["builtins", "getattr"],
+      ["runpy", "_run_code"],
+      ["socket", "create_connection"],
+      ["shutil", "rmtree"],
+      ["_pickle", "loads"],
+      ["importlib", "import_module"],
+      ["webbrowser", "open"],
+      ["torch", "load"],
+      ["torch._inductor.codecache", "compile_file"],
+      ["torch", "os.system"],
+      ["numpy.os", "system"],
+      ["operator", "attrgetter"],
+    ];
+    const harmless = [
+      ["argparse", "Namespace"],
+      ["pathlib", "PosixPath"],
+      ["numpy.core.multiarray", "scalar"],
+      ["builtins", "set"],
+      ["collections", "OrderedDict"],
+      ["functools", "partial"],
+      ["torch.optim.adam", "Adam"],
+      ["typing", "Any"],
+    ];
+    const naming = (module: string, name: string) => new Pickle().proto().global(module, name).raw(0x30).dict().stop().bytes();
+    const stackNaming = (module: string, name: string) => new Pickle().proto(4).str(module).str(name).raw(0x93, 0x30).dict().stop().bytes();
+    const instNaming = (module: string, name: string) =>
+      new Pickle()
+        .proto()
+        .mark()
+        .raw(0x69, ...Buffer.from(`${module}\n${name}\n`))
+        .raw(0x30)
+        .dict()
+        .stop()
+        .bytes();
+    for (const [module, name] of dangerous) {
+      for (const pickle of [naming(module!, name!), stackNaming(module!, name!), instNaming(module!, name!)]) {
+        expect(await errorCode(readAll(torchZip(pickle))), `${module}.${name}`).toBe("DangerousGlobal");
+      }
+    }
+    for (const [module, name] of harmless) {
+      const file = await readAll(torchZip(naming(module!, name!)));
+      expect(file.globals, `${module}.${name}`).toEqual(module === "builtins" || module === "collections" ? [] : [`${module}.${name}`]);
+    }
+  });
+
+  it("a harmless unknown call popped from the stack: nothing read, a warning naming it", async () => {
+    const popped = new Pickle().proto().global("argparse", "Namespace").raw(0x29).reduce().raw(0x30).dict().stop().bytes();
+    const warnings: string[] = [];
+    const file = await readAll(torchZip(popped), warnings);
+    expect(file.tensors).toEqual([]);
+    expect(warnings.join("\n")).toContain("the pickle also calls argparse.Namespace: st-convert ran none of it");
+  });
+
+  it("a tensor given to a callable st-convert does not know is refused, naming the symbol", async () => {
+    const pickle = new Pickle().proto().dict().str("x").global("mylib", "wrap").mark().tensor(W).tuple().reduce().setitem().stop().bytes();
     await expect(readAll(torchZip(pickle, { "0": f32(1, 2, 3, 4) }))).rejects.toThrow(
-      /tensor "x": a tensor is given to os.system, which st-convert does not interpret/,
+      /tensor "x": a tensor is given to mylib.wrap, which st-convert does not interpret/,
     );
     expect(await errorCode(readAll(torchZip(pickle, { "0": f32(1, 2, 3, 4) })))).toBe("UnsupportedGlobal");
   });
@@ -106,7 +162,56 @@ describe("bombs", () => {
     const p = new Pickle().proto().raw(0x5d, 0x71, 0); // EMPTY_LIST, BINPUT 0
     for (let i = 1; i <= 60; i++) p.raw(0x5d, 0x68, i - 1, 0x61, 0x68, i - 1, 0x61, 0x71, i); // [prev, prev]
     const bytes = p.stop().bytes();
-    await expect(readAll(torchZip(bytes))).rejects.toThrow(/shared containers repeat too often \(maxObjects\)/);
+    await expect(readAll(torchZip(bytes))).rejects.toThrow(/refers to its containers over and over \(maxVisitsPerPickleByte\)/);
+  });
+
+  it("OrderedDict called again and again on one shared list of pairs: each dict it makes is charged to maxObjects", async () => {
+    // [[i, i] for i in range(100)] memoized, then REDUCE(collections.OrderedDict, (memo[0],)) 100 times, each popped.
+    const p = new Pickle().proto().raw(0x5d, 0x71, 0, 0x28);
+    for (let i = 0; i < 100; i++) p.raw(0x5d).int(i).raw(0x61).int(i).raw(0x61);
+    p.raw(0x65);
+    for (let i = 0; i < 100; i++) p.global("collections", "OrderedDict").raw(0x68, 0, 0x85).reduce().raw(0x30);
+    const bytes = p.raw(0x4e).stop().bytes();
+    expect((await readTorch(torchZip(bytes), { maxObjects: 20_000 })).tensors).toEqual([]);
+    await expect(readTorch(torchZip(bytes), { maxObjects: 5_000 })).rejects.toThrow(/more than 5000 values \(maxObjects\)/);
+  });
+
+  it("tuple-key-doubling: a dict key that holds one tuple twice at each of 28 levels (2^28 values, 60 bytes) is refused, not spelled out", async () => {
+    const p = new Pickle().proto().raw(0x7d, 0x29);
+    for (let i = 0; i < 28; i++) p.raw(0x32, 0x86); // DUP, TUPLE2: (x, x)
+    const bytes = p.raw(0x4e, 0x73).stop().bytes(); // NONE, SETITEM
+    expect(await errorCode(readAll(torchZip(bytes)))).toBe("LimitExceeded");
+    await expect(readAll(torchZip(bytes))).rejects.toThrow(/a dict key holds more than 10000 values through its nested tuples/);
+  });
+
+  it("tuple-key-reuse: one tuple key of 5,000 values set 100 times is charged each time to maxObjects", async () => {
+    const p = new Pickle().proto().raw(0x7d).mark();
+    for (let i = 0; i < 4999; i++) p.raw(0x4e);
+    p.tuple().raw(0x71, 0); // BINPUT 0
+    p.raw(0x4e, 0x73); // the first SETITEM
+    for (let i = 0; i < 99; i++) p.raw(0x68, 0, 0x4e, 0x73); // BINGET 0, NONE, SETITEM
+    const bytes = p.stop().bytes();
+    expect((await readTorch(torchZip(bytes), { maxObjects: 1_000_000 })).tensors).toEqual([]);
+    await expect(readTorch(torchZip(bytes), { maxObjects: 100_000 })).rejects.toThrow(/more than 100000 values \(maxObjects\)/);
+  });
+
+  it("shared-attribute-state: one state dict of 5,000 attributes given to 100 tensor rebuilds is charged each time to maxObjects", async () => {
+    const p = new Pickle().proto().raw(0x7d).mark();
+    for (let i = 0; i < 5000; i++) p.str(`a${i}`).raw(0x4e);
+    p.raw(0x75, 0x71, 0, 0x30); // SETITEMS, BINPUT 0, POP: the state, memoized
+    p.raw(0x5d).mark();
+    for (let i = 0; i < 100; i++) {
+      // _rebuild_from_type_v2(_rebuild_tensor_v2, torch.Tensor, (storage, 0, (4,), (1,), False, OrderedDict()), memo[0])
+      p.global("torch._tensor", "_rebuild_from_type_v2").mark().global("torch._utils", "_rebuild_tensor_v2").global("torch", "Tensor").mark();
+      p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").int(4).tuple().raw(0x51);
+      p.int(0).ints([4]).ints([1]).raw(0x89).global("collections", "OrderedDict").raw(0x29).reduce().tuple();
+      p.raw(0x68, 0).tuple().reduce();
+    }
+    const bytes = p.raw(0x65).stop().bytes();
+    expect(bytes.byteLength).toBeLessThan(100_000);
+    const files = { "0": f32(1, 2, 3, 4) };
+    expect(await errorCode(readTorch(torchZip(bytes, files), { maxObjects: 2_000_000 }))).toBe("ok");
+    await expect(readTorch(torchZip(bytes, files), { maxObjects: 200_000 })).rejects.toThrow(/more than 200000 values \(maxObjects\)/);
   });
 
   it("a memo of more entries than the limit is refused", async () => {
