@@ -18,7 +18,7 @@ import {
 } from "@st-convert/core";
 import { createFileSink, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { FORMATS, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
-import { type OpenedInput, type WarningListener, nameOf, openInput, withSource } from "./inspect.js";
+import { type OpenedInput, type WarningListener, nameOf, openInput, resolveInput, withSource } from "./inspect.js";
 import type { RemoteInputOptions } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardPlan, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { plural } from "./text.js";
@@ -118,7 +118,7 @@ export async function convertInto(
     options.onWarning?.(message, file);
   };
   return withSource(
-    input,
+    await resolveInput(input, formats),
     async (source, openSibling) => {
       const { format: inputFormat, tensors } = await openInput(
         source,
@@ -167,6 +167,23 @@ export async function convertInto(
           });
           for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
           return { ...result, output: written.output, files: written.files, bytes: observed.done() };
+        } catch (error) {
+          throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
+        }
+      }
+      if (outputFormat.writeFolder !== undefined) {
+        if (typeof output !== "string") throw new StConvertError("InvalidOption", `${outputFormat.name} writes a folder; name one as the output, not a stream`);
+        const { writeFolderOutput } = await import("./folderOutput.js");
+        try {
+          const files = await writeFolderOutput(output, options.force ?? false, async (open) => {
+            await outputFormat.writeFolder!(observed.source, open, {
+              options: options.formatOptions ?? {},
+              onWarning: warnFor(outputName),
+              fileName: outputName,
+            });
+            options.signal?.throwIfAborted();
+          });
+          return { ...result, files, bytes: observed.done() };
         } catch (error) {
           throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
         }

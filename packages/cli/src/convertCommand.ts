@@ -3,6 +3,7 @@ import { stat } from "node:fs/promises";
 import type { ByteSink, ByteSource } from "@st-convert/core";
 import { CONVERT_OPTIONS, GLOBAL_OPTIONS, type ParsedValues, SELECTION_OPTIONS, UsageError, WRITE_OPTIONS, stringValue } from "./cliOptions.js";
 import { type Command, type CommandContext, EXIT_OK, printReport } from "./command.js";
+import { folderEntryOf } from "./formats.js";
 import { formatLines, formatOptionLines, optionLines, section } from "./helpText.js";
 import { formatSize } from "./progress.js";
 import { commonConvertOptions } from "./sharedOptions.js";
@@ -37,7 +38,9 @@ shards are weights-0000k-of-0000N.safetensors) or a folder (any other name: out,
 that names an index (*.index.json) shards at 5GB without the option. All shards and the index
 appear together or not at all; --force replaces an existing set whole.
 
-A folder as the input is a model folder: st-convert MODEL_DIR OUT_DIR --to FORMAT converts each
+A folder that holds a .metadata file is a distributed checkpoint (torch.distributed.checkpoint) and
+converts as one file: st-convert CKPT_DIR model.safetensors; st-convert model.safetensors CKPT_DIR
+--to dcp writes one (a single-rank folder). Any other folder as the input is a model folder: st-convert MODEL_DIR OUT_DIR --to FORMAT converts each
 of its checkpoints (single files, indexes with their shards), named as the Hub names them and
 sharded as the source was (or as --max-shard-size says); --copy-other-files copies config.json,
 tokenizer files and the rest, which are otherwise listed. Nothing lands in OUT_DIR unless all of it
@@ -65,7 +68,8 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
       (await stat(input).then(
         (s) => s.isDirectory(),
         () => false,
-      ))
+      )) &&
+      (await folderEntryOf(input)) === undefined
     )
       return convertFolder(input, output, values, context);
 
@@ -107,7 +111,7 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
       if (context.json) printReport(context);
       else if (!context.quiet) {
         context.io.stderr(
-          `st-convert: ${result.input} (${result.inputFormat}) -> ${result.output} (${result.outputFormat}${result.files.length > 1 ? `, ${plural(result.files.length - 1, "shard")} and the index` : ""}): ${plural(result.tensors, "tensor")}, ${formatSize(result.bytes)}\n`,
+          `st-convert: ${result.input} (${result.inputFormat}) -> ${result.output} (${result.outputFormat}${result.files.length > 1 ? (result.output.toLowerCase().endsWith(".index.json") ? `, ${plural(result.files.length - 1, "shard")} and the index` : `, ${plural(result.files.length, "file")}`) : ""}): ${plural(result.tensors, "tensor")}, ${formatSize(result.bytes)}\n`,
         );
       }
       return EXIT_OK;

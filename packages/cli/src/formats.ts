@@ -8,7 +8,9 @@ import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat, 
 import { flaxFormat } from "@st-convert/flax/format";
 import { jsonFormat } from "@st-convert/json/format";
 import { npyFormat, npzFormat } from "@st-convert/npy/format";
-import { torchFormat, torchIndexFormat } from "@st-convert/torch/format";
+import { dcpFormat, torchFormat, torchIndexFormat } from "@st-convert/torch/format";
+import { stat } from "node:fs/promises";
+import { join } from "node:path";
 
 /** Every format st-convert reads and writes, in the order `--help` lists them. */
 export const FORMATS: readonly TensorFormat[] = [
@@ -20,7 +22,33 @@ export const FORMATS: readonly TensorFormat[] = [
   jsonFormat,
   torchFormat,
   torchIndexFormat,
+  dcpFormat,
 ];
+
+/**
+ * The file a folder given as the input is read through, when it is a checkpoint of a format
+ * whose checkpoints are folders (a distributed checkpoint's `.metadata`); undefined for any
+ * other path (a model folder, a file).
+ */
+export async function folderEntryOf(path: string, formats: readonly TensorFormat[] = FORMATS): Promise<string | undefined> {
+  const isDir = await stat(path).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  if (!isDir) return undefined;
+  for (const format of formats) {
+    if (format.folderEntry === undefined) continue;
+    const entry = join(path, format.folderEntry);
+    if (
+      await stat(entry).then(
+        (s) => s.isFile(),
+        () => false,
+      )
+    )
+      return entry;
+  }
+  return undefined;
+}
 
 /** The format called `name` (as in `--from`/`--to`), case-insensitive. */
 export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {

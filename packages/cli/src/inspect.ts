@@ -16,7 +16,7 @@ import {
   withContext,
 } from "@st-convert/core";
 import { createScratchFile, openFileSource } from "@st-convert/core/node";
-import { FORMATS, detectInputFormat } from "./formats.js";
+import { FORMATS, detectInputFormat, folderEntryOf } from "./formats.js";
 import type { RemoteInputOptions } from "./remoteInput.js";
 import { isRemoteInput } from "./remotePath.js";
 import { type TransformOptions, compileTransforms, selects, transformTensors } from "./transforms.js";
@@ -73,7 +73,7 @@ export async function inspectEntries(input: string | ByteSource, options: Inspec
   const formats = options.formats ?? FORMATS;
   const inputName = nameOf(input, "<input>");
   return withSource(
-    input,
+    await resolveInput(input, formats),
     async (source, openSibling) => {
       const onWarning = options.onWarning === undefined ? undefined : (message: string) => options.onWarning?.(message, inputName);
       const { format, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, onWarning);
@@ -81,6 +81,12 @@ export async function inspectEntries(input: string | ByteSource, options: Inspec
     },
     options.remote,
   );
+}
+
+/** The input as opened: a folder that is a checkpoint (a DCP's) through its entry file; anything else as given. */
+export async function resolveInput(input: string | ByteSource, formats: readonly TensorFormat[]): Promise<string | ByteSource> {
+  if (typeof input !== "string" || isRemoteInput(input)) return input;
+  return (await folderEntryOf(input, formats)) ?? input;
 }
 
 /** A file's or URL's name, or a source's own, for messages. */

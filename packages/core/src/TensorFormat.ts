@@ -72,6 +72,18 @@ export interface TensorFormat {
    * named (a sharded checkpoint's index, whose shards a walk takes one by one already).
    */
   readonly namedOnly?: boolean;
+  /**
+   * A checkpoint of this format is a folder holding this file (a distributed checkpoint's
+   * `.metadata`): a folder given as the input that holds it is read through it, its other files
+   * opened with `openSibling`.
+   */
+  readonly folderEntry?: string;
+  /**
+   * Writes a checkpoint that is a folder of files (a distributed checkpoint): each file through
+   * `open(name)`, a name inside the folder. The caller puts all of them in place once every one
+   * was written, or none. A format that has it writes no single file: `write` refuses.
+   */
+  writeFolder?(tensors: TensorSource, open: (name: string) => Promise<ByteSink>, context: FormatContext): Promise<void>;
   /** True for a format that can only be read: `write` refuses, and the CLI refuses it as an output up front. */
   readonly readOnly?: boolean;
   /** True when the first bytes of a file look like this format (used when the extension says nothing). */

@@ -40,4 +40,16 @@ export type TorchErrorCode =
    * `.storage_alignment` that is not an int, no `data.pkl` in the root, a legacy file with a wrong
    * magic number or protocol or an unordered key list.
    */
-  | "InvalidCheckpoint";
+  | "InvalidCheckpoint"
+  /** A distributed checkpoint's `.metadata` is not DCP's structure (a field missing or of the wrong type, a chunk with no storage entry). */
+  | "InvalidDcpMetadata"
+  /** A tensor's chunks do not tile it exactly: a hole no rank saved, two chunks sharing elements, a chunk past the tensor's edge. */
+  | "ChunksDoNotTile"
+  /** A chunk's record holds another dtype or shape than the metadata says, or not exactly one tensor. */
+  | "ChunkMismatch"
+  /** A storage entry's range (offset, length) passes the end of its file. */
+  | "StoragePastEnd"
+  /** A storage entry's `relative_path` leaves the checkpoint's folder (absolute, `..`) or names something that is not a regular file. */
+  | "InvalidRelativePath"
+  /** A storage entry's bytes pass through transforms (`transform_descriptors`: compression…) st-convert does not implement. */
+  | "UnsupportedTransform";

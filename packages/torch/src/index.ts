@@ -23,7 +23,8 @@ export {
 } from "./readTorch.js";
 export { MAX_TORCH_INDEX_SIZE, type ShardedTorch, type TorchIndexReadOptions, readTorchIndex } from "./readTorchIndex.js";
 export { type TorchWriteOptions, writeTorch } from "./writeTorch.js";
-export { sniffTorch, torchFormat, torchIndexFormat } from "./torchFormat.js";
+export { dcpFormat, sniffDcpMetadata, sniffTorch, torchFormat, torchIndexFormat } from "./torchFormat.js";
+export { DCP_DATA_FILE, DCP_METADATA_FILE, type DcpWriteOptions, writeDcp } from "./writeDcp.js";
 export type { TorchErrorCode } from "./TorchErrorCode.js";
 export {
   MAX_KEY_VALUES,
@@ -35,3 +36,5 @@ export {
   describeValue,
   unpickle,
 } from "./Unpickler.js";
+export { DCP_ROW_GROUP_SIZE, type DcpCheckpoint, type DcpReadOptions, type DcpTensor, pythonFloat, readDcp } from "./readDcp.js";
+export { type DcpChunk, type DcpItem, type DcpMetadata, type DcpStorage, decodeDcpMetadata } from "./dcpMetadata.js";

@@ -398,7 +398,28 @@ function isPythonInt(text: string): boolean {
   return /^[\t\n\v\f\r ]*[+-]?\d(_?\d)*[\t\n\v\f\r ]*$/.test(text);
 }
 
-async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions): Promise<TorchFile> {
+/**
+ * A zip checkpoint (`torch.save`'s format), read as {@link readTorch} reads it, with the object its
+ * pickle holds: the distributed checkpoint reader takes plain values (a step, a learning rate)
+ * from it. No tensor byte is read.
+ * @throws StConvertError as {@link readTorch}, naming the source.
+ */
+export async function readTorchZipValue(input: ByteInput, options: TorchReadOptions = {}): Promise<{ file: TorchFile; value: PickleValue }> {
+  const source = toByteSource(input);
+  try {
+    const head = await source.read(0, Math.min(source.size, 512));
+    if (classifyTorchHead(head) !== "zip") fail("NotACheckpoint", "not a zip archive: not a torch.save record");
+    const read = await readZipCheckpoint(source, options);
+    return { file: read, value: read[PICKLED] };
+  } catch (error) {
+    throw withContext(error, { file: source.name });
+  }
+}
+
+/** Where readZipCheckpoint leaves the unpickled object for {@link readTorchZipValue}. */
+const PICKLED = Symbol("pickled");
+
+async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions): Promise<TorchFile & { [PICKLED]: PickleValue }> {
   const codec = await loadCodec(options.codec === "fflate" ? "fflate" : undefined);
   // Read as torch reads it (miniz): names whole and UTF-8, no bytes before the archive, counts that agree.
   const directory = await readZipDirectory(source, { rules: "miniz" });
@@ -557,7 +578,7 @@ async function readZipCheckpoint(source: ByteSource, options: TorchReadOptions):
       );
     }
   }
-  return file;
+  return Object.assign(file, { [PICKLED]: value });
 }
 
 function concat(parts: readonly Uint8Array[], length: number): Uint8Array {

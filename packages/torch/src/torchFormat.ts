@@ -89,3 +89,52 @@ export const torchIndexFormat: TensorFormat = {
     );
   },
 };
+
+const dcpReaderModule = lazyModule(() => import("./readDcp.js"));
+const dcpWriterModule = lazyModule(() => import("./writeDcp.js"));
+
+/** The module DCP's metadata classes live in, as the `.metadata` pickle names it first. */
+const DCP_METADATA_MODULE = new TextEncoder().encode("torch.distributed.checkpoint.metadata");
+
+/** True when `head` is a pickle (PROTO) that names DCP's metadata module in its first bytes: a `.metadata` file. */
+export function sniffDcpMetadata(head: Uint8Array): boolean {
+  if (head[0] !== 0x80 || head.byteLength < 64) return false;
+  const end = Math.min(head.byteLength, 256) - DCP_METADATA_MODULE.byteLength;
+  for (let at = 2; at <= end; at++) {
+    let i = 0;
+    while (i < DCP_METADATA_MODULE.byteLength && head[at + i] === DCP_METADATA_MODULE[i]) i++;
+    if (i === DCP_METADATA_MODULE.byteLength) return true;
+  }
+  return false;
+}
+
+/**
+ * Distributed checkpoints (`torch.distributed.checkpoint`: FSDP2, torchtitan, Megatron's
+ * `torch_dist`), as registered with the `st-convert` command: a folder holding `.metadata` and
+ * `__R_N.distcp` files, read consolidated; written as a single-rank folder.
+ */
+export const dcpFormat: TensorFormat = {
+  name: "dcp",
+  description: "distributed checkpoints (torch.distributed.checkpoint: a folder with .metadata; consolidated as read)",
+  extensions: [".metadata"],
+  folderEntry: ".metadata",
+  // A folder walk takes the folder's own checkpoints one by one; a DCP is converted when named.
+  namedOnly: true,
+  sniff: sniffDcpMetadata,
+  async open(source, context) {
+    if (context.openSibling === undefined) {
+      throw new StConvertError("InvalidArgument", "a distributed checkpoint's files cannot be opened here (no openSibling in the context)", {
+        file: source.name,
+      });
+    }
+    const { readDcp } = await dcpReaderModule();
+    return readDcp(source, context.openSibling, { onWarning: context.onWarning, include: context.include });
+  },
+  async write() {
+    throw new StConvertError("Unsupported", "a distributed checkpoint is a folder: it is written through writeFolder, not into one file");
+  },
+  async writeFolder(tensors, open, context) {
+    const { writeDcp } = await dcpWriterModule();
+    await writeDcp(tensors, open, { onWarning: context.onWarning });
+  },
+};

@@ -43,6 +43,11 @@ export interface TorchWriteOptions {
    * fields overflow). Tests lower it to check the ZIP64 layout on small files.
    */
   zip64Threshold?: number;
+  /**
+   * What the pickle holds: the dict of the tensors (default), the one tensor itself
+   * (`torch.save(tensor)`, a distributed checkpoint's chunk), or a str (one of its other items).
+   */
+  object?: { kind: "dict" } | { kind: "tensor" } | { kind: "str"; text: string };
 }
 
 /** How torch pickles a tensor of each safetensors dtype: a typed storage class (v2), or v3's dtype over an `UntypedStorage`. */
@@ -75,7 +80,8 @@ const ALIGNMENT = 64;
 
 // ----- the pickle -----
 
-class PickleBuilder {
+/** A protocol-2 pickle written opcode by opcode (also the distributed checkpoint writer's). */
+export class PickleBuilder {
   #parts: Uint8Array[] = [];
   #length = 0;
   #memo = new Map<string, number>();
@@ -252,9 +258,16 @@ interface Planned {
 }
 
 /** The pickle of the state dict: `{name: _rebuild_tensor_v2/v3(storage, 0, size, stride, False, OrderedDict())}`. */
-function statePickle(planned: readonly Planned[]): Uint8Array {
+function statePickle(planned: readonly Planned[], bare = false): Uint8Array {
   const p = new PickleBuilder();
-  p.bytes(0x80, 2, 0x7d);
+  p.bytes(0x80, 2);
+  if (bare) {
+    // torch.save(tensor): the rebuild call alone.
+    tensorCall(p, planned[0]!);
+    p.bytes(0x2e);
+    return p.finish();
+  }
+  p.bytes(0x7d);
   p.put();
   // A lone tensor named state_dict would be taken for a training checkpoint's wrapper and unwrapped
   // by readers (st-convert's, safetensors' convert.py): one level deeper, it reads back as itself.
@@ -276,34 +289,47 @@ function statePickle(planned: readonly Planned[]): Uint8Array {
       if (already !== undefined) {
         // An alias: the same tensor object again, as torch.save pickles tied weights.
         p.get(already);
-      } else {
-        const how = TORCH_STORAGE[t.tensor.dtype]!;
-        const v3 = "dtype" in how;
-        p.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
-        p.bytes(0x28, 0x28);
-        p.memoized("str storage", () => p.string("storage"));
-        if (v3) p.global("torch.storage", "UntypedStorage");
-        else p.global("torch", how.storage);
-        p.memoized(`str ${t.key}`, () => p.string(t.key));
-        p.memoized("str cpu", () => p.string("cpu"));
-        const elements = t.tensor.shape.reduce((n, d) => n * d, 1);
-        p.int(v3 ? t.tensor.byteLength : elements);
-        p.bytes(0x74, 0x51); // TUPLE, BINPERSID
-        p.int(0);
-        p.intTuple(t.tensor.shape);
-        p.intTuple(contiguousStrides(t.tensor.shape));
-        p.bytes(0x89);
-        p.global("collections", "OrderedDict");
-        p.bytes(0x29, 0x52); // EMPTY_TUPLE, REDUCE
-        p.put();
-        if (v3) p.global("torch", how.dtype);
-        p.bytes(0x74, 0x52); // TUPLE, REDUCE
-        memoOf.set(t.key, p.put());
-      }
+      } else memoOf.set(t.key, tensorCall(p, t));
     }
     p.bytes(batch.length > 1 ? 0x75 : 0x73); // SETITEMS, or SETITEM for a batch of one
   }
   if (wrapped) p.bytes(0x73);
+  p.bytes(0x2e);
+  return p.finish();
+}
+
+/** A tensor's rebuild call, `_rebuild_tensor_v2/v3(storage, 0, size, stride, False, OrderedDict())`; returns its memo index. */
+function tensorCall(p: PickleBuilder, t: Planned): number {
+  const how = TORCH_STORAGE[t.tensor.dtype]!;
+  const v3 = "dtype" in how;
+  p.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
+  p.bytes(0x28, 0x28);
+  p.memoized("str storage", () => p.string("storage"));
+  if (v3) p.global("torch.storage", "UntypedStorage");
+  else p.global("torch", how.storage);
+  p.memoized(`str ${t.key}`, () => p.string(t.key));
+  p.memoized("str cpu", () => p.string("cpu"));
+  const elements = t.tensor.shape.reduce((n, d) => n * d, 1);
+  p.int(v3 ? t.tensor.byteLength : elements);
+  p.bytes(0x74, 0x51); // TUPLE, BINPERSID
+  p.int(0);
+  p.intTuple(t.tensor.shape);
+  p.intTuple(contiguousStrides(t.tensor.shape));
+  p.bytes(0x89);
+  p.global("collections", "OrderedDict");
+  p.bytes(0x29, 0x52); // EMPTY_TUPLE, REDUCE
+  p.put();
+  if (v3) p.global("torch", how.dtype);
+  p.bytes(0x74, 0x52); // TUPLE, REDUCE
+  return p.put();
+}
+
+/** `torch.save(text)`'s pickle: the str, memoized as Python's pickler does. */
+function strPickle(text: string): Uint8Array {
+  const p = new PickleBuilder();
+  p.bytes(0x80, 2);
+  p.string(text);
+  p.put();
   p.bytes(0x2e);
   return p.finish();
 }
@@ -537,7 +563,11 @@ export async function writeTorch(source: TensorSource, sink: ByteSink, options: 
   const record = async (name: string, bytes: Uint8Array | AsyncIterable<Uint8Array>) => {
     crcs.push(await zip.add(`${root}/${name}`, bytes instanceof Uint8Array ? once(bytes) : bytes));
   };
-  await record("data.pkl", statePickle(planned));
+  const object = options.object ?? { kind: "dict" };
+  if (object.kind === "tensor" && planned.length !== 1)
+    throw new StConvertError("InvalidArgument", "a lone tensor is saved, but the source holds another count");
+  if (object.kind === "str") planned.length = 0;
+  await record("data.pkl", object.kind === "str" ? strPickle(object.text) : statePickle(planned, object.kind === "tensor"));
   await record(".format_version", encoder.encode("1"));
   await record(".storage_alignment", encoder.encode(String(ALIGNMENT)));
   await record("byteorder", encoder.encode("little"));
