@@ -19,11 +19,12 @@ import {
   type TensorSource,
   createMetadata,
   extentNamed,
+  isStConvertError,
   quoteName,
   toByteSource,
   withContext,
 } from "@st-convert/core";
-import { type DcpChunk, type DcpItem, type DcpMetadata, type DcpStorage, type DcpTensorItem, decodeDcpMetadata } from "./dcpMetadata.js";
+import { type DcpChunk, type DcpMetadata, type DcpStorage, type DcpTensorItem, decodeDcpMetadata } from "./dcpMetadata.js";
 import { MAX_PICKLE_SIZE, MAX_WARNINGS, type TorchReadOptions, type TorchTensor, readTorchZipValue } from "./readTorch.js";
 import { describeValue, type PickleValue } from "./Unpickler.js";
 
@@ -197,14 +198,25 @@ export async function readDcp(
       checkRelativePath(storage.relativePath, name);
       let file = files.get(storage.relativePath);
       if (file === undefined) {
-        file = openFile(storage.relativePath).then((opened) => {
-          // A local file that is not a regular one (a FIFO, a device) has no descriptor to copy from.
-          if ("fd" in opened && (opened as { fd?: number }).fd === undefined)
-            throw new StConvertError("InvalidRelativePath", `its storage's relative_path ${JSON.stringify(storage.relativePath)} is not a regular file`, {
-              tensor: name,
-            });
-          return opened;
-        });
+        file = openFile(storage.relativePath).then(
+          (opened) => {
+            // A local file that is not a regular one (a FIFO, a device) has no descriptor to copy from.
+            if ("fd" in opened && (opened as { fd?: number }).fd === undefined)
+              throw new StConvertError("InvalidRelativePath", `its storage's relative_path ${JSON.stringify(storage.relativePath)} is not a regular file`, {
+                tensor: name,
+              });
+            return opened;
+          },
+          (error: unknown) => {
+            if (isStConvertError(error) && error.code === "InvalidRelativePath") throw error;
+            const why = isStConvertError(error) ? error.rule : String(error);
+            throw new StConvertError(
+              "InvalidRelativePath",
+              `its storage's relative_path ${JSON.stringify(storage.relativePath)} is not a regular file of the folder (${why})`,
+              { tensor: name, cause: error },
+            );
+          },
+        );
         files.set(storage.relativePath, file);
         file.catch(() => {});
       }
