@@ -1,5 +1,5 @@
 // A long fuzz run of every reader (the CI suite runs a short, seeded one):
-//   pnpm fuzz [--runs N] [--seed S] [--minutes M] [--project core|npy|flax|json|torch]
+//   pnpm fuzz [--runs N] [--seed S] [--minutes M] [--project core|npy|flax|json|torch]  (torch includes the DCP folders: fuzzDcp.test.ts)
 // With --minutes, it repeats rounds with fresh seeds until the time is up. Each failure prints the
 // seed and the shrunk input, to be added to the hostile fixtures.
 //

@@ -4,7 +4,7 @@
  * written there as files with a manifest, so that the command itself can be run on every one of
  * them under `/usr/bin/time` (scripts/hostile-bounds.mjs). Otherwise it does nothing.
  */
-import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { appendFileSync, cpSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 /** One line of `manifest.jsonl`. */
@@ -27,6 +27,24 @@ export function recordHostileCases(format: string, extension: string, cases: rea
   const lines = cases.map(([attack, bytes, expected], i) => {
     const file = join(format, `${String(i).padStart(4, "0")}${extension}`);
     writeFileSync(join(dir, file), bytes);
+    const entry: HostileCorpusEntry = { format, attack, file, expected };
+    return JSON.stringify(entry);
+  });
+  appendFileSync(join(dir, "manifest.jsonl"), `${lines.join("\n")}\n`);
+}
+
+/**
+ * Copies folders that are one checkpoint each (a distributed checkpoint) into the corpus as
+ * `<dir>/<format>/<n>/`, when `ST_CONVERT_HOSTILE_DIR` is set: the command reads a folder as it
+ * reads a file.
+ */
+export function recordHostileFolders(format: string, cases: readonly (readonly [string, string, string])[]): void {
+  const dir = process.env.ST_CONVERT_HOSTILE_DIR;
+  if (dir === undefined || dir === "") return;
+  mkdirSync(join(dir, format), { recursive: true });
+  const lines = cases.map(([attack, folder, expected], i) => {
+    const file = join(format, String(i).padStart(4, "0"));
+    cpSync(folder, join(dir, file), { recursive: true });
     const entry: HostileCorpusEntry = { format, attack, file, expected };
     return JSON.stringify(entry);
   });

@@ -139,7 +139,7 @@ export function runReadmeSynopsis(packageDir: string): string {
   }
 }
 export { FUZZ_INPUT_TIMEOUT_MS, type FuzzTarget, fuzzReader, fuzzRuns, fuzzSeed, concat, fuzzTimeout, isProjectError } from "./fuzz.js";
-export { type HostileCorpusEntry, recordHostileCases } from "./hostileCorpus.js";
+export { type HostileCorpusEntry, recordHostileCases, recordHostileFolders } from "./hostileCorpus.js";
 
 /** Deterministic pseudo-random bytes (xorshift32), so that test data is reproducible. */
 export function pseudoRandomBytes(seed: number, length: number): Uint8Array {
