@@ -11,6 +11,7 @@ import {
   StConvertError,
   type TensorEntry,
   type TensorExtent,
+  type TensorExtentRun,
   type TensorFormat,
   type TensorSource,
   guardedExtent,
@@ -341,6 +342,35 @@ class ObservedEntry implements TensorEntry {
         progress.signal?.throwIfAborted();
       },
     };
+  }
+
+  /** The tensor's runs, each watched as {@link ObservedEntry.extent} watches an extent, progress counted from the run's start. */
+  extents(): readonly TensorExtentRun[] | undefined {
+    const runs = this.entry.extents?.();
+    if (runs === undefined) return undefined;
+    const progress = this.progress;
+    progress.signal?.throwIfAborted();
+    let start = 0;
+    return runs.map((run) => {
+      const from = start;
+      start += run.length;
+      const blamed = guardedExtent(run, (done) =>
+        done.catch((error: unknown) => {
+          progress.inRead = true;
+          throw error;
+        }),
+      );
+      return {
+        ...blamed,
+        length: run.length,
+        copied: (bytes: number) => {
+          run.copied?.(bytes);
+          this.reached(from + bytes);
+          progress.onProgress?.(progress.done, progress.total);
+          progress.signal?.throwIfAborted();
+        },
+      };
+    });
   }
 
   /** Counts the bytes up to `position` of one pass towards progress, once across passes. */

@@ -162,6 +162,7 @@ function renamed(entry: TensorEntry, name: string): TensorEntry {
     byteLength: entry.byteLength,
     chunks: (options) => entry.chunks(options),
     extent: entry.extent === undefined ? undefined : () => entry.extent!(),
+    extents: entry.extents === undefined ? undefined : () => entry.extents!(),
   };
 }
 

@@ -64,6 +64,7 @@ export {
   type Metadata,
   type TensorEntry,
   type TensorExtent,
+  type TensorExtentRun,
   type TensorInfo,
   KERNEL_COPY_FROM,
   KERNEL_COPY_STEP,

@@ -349,3 +349,33 @@ describe("pipeTensor with an extent", () => {
     expect(small.passes).toBe(1);
   });
 });
+
+withNative("a tensor copied by its runs (TensorEntry.extents)", () => {
+  it("copies every run in order, each in the kernel, and refuses runs that do not add up to the tensor", async () => {
+    const data = pattern(4 * 1024 * 1024);
+    const input = join(dir, "in.bin");
+    writeFileSync(input, data);
+    const source = await openFileSource(input);
+    try {
+      const runs = [
+        { source, offset: 3 * 1024 * 1024, length: 1024 * 1024 },
+        { source, offset: 0, length: 2 * 1024 * 1024 + 5 },
+      ];
+      const tensor: TensorEntry = {
+        ...tensorFromBytes({ name: "t", dtype: "U8", shape: [runs[0]!.length + runs[1]!.length] }, new Uint8Array(runs[0]!.length + runs[1]!.length)),
+        extents: () => runs,
+      };
+      const sink = await fileSink(join(dir, "out.bin"));
+      await pipeTensor(tensor, sink);
+      expect(sink.kernelCopied).toBe(tensor.byteLength);
+      await sink.close();
+      expect(Buffer.from(readFileSync(join(dir, "out.bin")))).toEqual(Buffer.concat([data.subarray(3 * 1024 * 1024), data.subarray(0, 2 * 1024 * 1024 + 5)]));
+      const short: TensorEntry = { ...tensor, extents: () => [runs[0]!] };
+      const again = await fileSink(join(dir, "short.bin"));
+      await expect(pipeTensor(short, again)).rejects.toMatchObject({ code: "ByteLengthMismatch" });
+      await again.abort();
+    } finally {
+      await source.close();
+    }
+  });
+});

@@ -16,6 +16,7 @@ import {
   StConvertError,
   type TensorEntry,
   type TensorExtent,
+  type TensorExtentRun,
   type TensorSource,
   createMetadata,
   extentNamed,
@@ -331,6 +332,19 @@ async function consolidated(
       : (chunkOptions?: ChunkOptions) => gathered(item, solid, chunkOptions, rowGroupSize),
     // One chunk holding the whole tensor: its bytes where the record keeps them.
     extent: solid.length === 1 && byRows && byteLength > 0 ? () => remapped(solid[0]!, name) : undefined,
+    // Split by rows: each chunk's bytes where its record keeps them, one run per chunk, in order.
+    extents:
+      solid.length > 1 && byRows
+        ? () => {
+            const runs: TensorExtentRun[] = [];
+            for (const piece of solid) {
+              const extent = remapped(piece, name);
+              if (extent === undefined) return undefined;
+              runs.push({ ...extent, length: piece.tensor.byteLength });
+            }
+            return runs;
+          }
+        : undefined,
   };
   return entry;
 }
@@ -364,18 +378,25 @@ class ChunkCursor {
     private readonly chunkSize: number,
   ) {}
 
-  /** The next `length` bytes of the chunk, in one array. */
+  /** Where bytes that span two read chunks are joined: kept and reused (fresh memory costs the kernel a page-zeroing pass). */
+  #joined: Uint8Array = new Uint8Array(0);
+
+  /**
+   * The next `length` bytes of the chunk, in one array, valid until the next call: the caller
+   * copies them out at once (so the chunks are asked for with `reuse`).
+   */
   async take(length: number): Promise<Uint8Array> {
     if (this.#pending.byteLength >= length) {
       const out = this.#pending.subarray(0, length);
       this.#pending = this.#pending.subarray(length);
       return out;
     }
-    const out = new Uint8Array(length);
+    if (this.#joined.byteLength < length) this.#joined = new Uint8Array(length);
+    const out = this.#joined.subarray(0, length);
     let filled = 0;
     while (filled < length) {
       if (this.#pending.byteLength === 0) {
-        this.#iterator ??= this.piece.tensor.chunks({ chunkSize: this.chunkSize })[Symbol.asyncIterator]();
+        this.#iterator ??= this.piece.tensor.chunks({ chunkSize: this.chunkSize, reuse: true })[Symbol.asyncIterator]();
         const next = await this.#iterator.next();
         if (next.done === true) throw new StConvertError("ByteLengthMismatch", "a chunk's record gave fewer bytes than its shape needs");
         this.#pending = next.value;
@@ -416,12 +437,22 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
   const bounds = [...edges].sort((a, b) => a - b);
   const perGroup = Math.max(1, Math.floor(rowGroupSize / rowBytes));
   const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, Math.min(chunkSize, rowGroupSize))]));
+  // With `reuse`, two blocks take turns: a block is filled again only once the consumer has asked
+  // for a chunk of the other one, so it is done with this one's chunks but perhaps the last.
+  const reused = options.reuse === true ? [new Uint8Array(0), new Uint8Array(0)] : undefined;
+  let turn = 0;
+  const blockOf = (length: number): Uint8Array => {
+    if (reused === undefined) return new Uint8Array(length);
+    turn ^= 1;
+    if (reused[turn]!.byteLength < length) reused[turn] = new Uint8Array(length);
+    return reused[turn]!.subarray(0, length);
+  };
   try {
     for (let b = 0; b + 1 < bounds.length; b++) {
       const meeting = pieces.filter((p) => p.chunk.offsets[0]! <= bounds[b]! && bounds[b]! < p.chunk.offsets[0]! + p.chunk.sizes[0]!);
       for (let first = bounds[b]!; first < bounds[b + 1]!; first += perGroup) {
         const count = Math.min(perGroup, bounds[b + 1]! - first);
-        const block = new Uint8Array(count * rowBytes);
+        const block = blockOf(count * rowBytes);
         for (const p of meeting) {
           const sizes = p.chunk.sizes;
           const chunkRowBytes = (sizes.slice(1).reduce((n, d) => n * d, 1) || 0) * es;

@@ -4,13 +4,15 @@
  * `dcp_to_torch_save` gives, the other items are carried or skipped; and the writer's folders
  * read back (hostile folders: hostileDcp.test.ts; torch's own reading of ours: dcpInterop.test.ts).
  */
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { MemorySink, type TensorEntry } from "@st-convert/core";
-import { openFileSource } from "@st-convert/core/node";
+import { MemorySink, type TensorEntry, kernels, pipeTensor } from "@st-convert/core";
+import { type AtomicFileSink, createFileSink, openFileSource } from "@st-convert/core/node";
 import { type DcpCheckpoint, type DcpReadOptions, decodeDcpMetadata, pythonFloat, readDcp, sniffDcpMetadata, writeDcp } from "@st-convert/torch";
 import { fixturePath } from "@st-convert/testing";
+import { type TensorSpec, dcpFolder, iota, tensorRecord } from "./dcpBuild.js";
 
 interface Expected {
   items: ({ name: string; dtype: string; shape: number[]; sha256: string; hex: string } | { name: string; value: string })[];
@@ -132,5 +134,47 @@ describe("the writer", () => {
     expect(back.tensors.map((t) => [t.name, t.dtype, t.shape])).toEqual(source.tensors.map((t) => [t.name, t.dtype, t.shape]));
     for (let i = 0; i < source.tensors.length; i++) expect(await hexOf(back.tensors[i]!)).toBe(await hexOf(source.tensors[i]!));
     expect({ ...back.metadata }).toEqual({ ...source.metadata });
+  });
+});
+
+describe("large tensors", () => {
+  const work = mkdtempSync(join(tmpdir(), "st-convert-dcp-large-"));
+  afterAll(() => rmSync(work, { recursive: true, force: true }));
+  const columns = 131_072;
+  const rows: TensorSpec = {
+    name: "rows",
+    size: [4, columns],
+    chunks: [
+      { offsets: [0, 0], sizes: [2, columns], record: tensorRecord([2, columns], iota(2 * columns)) },
+      { offsets: [2, 0], sizes: [2, columns], record: tensorRecord([2, columns], iota(2 * columns, 2 * columns)), file: "__1_0.distcp" },
+    ],
+  };
+  const cols: TensorSpec = {
+    name: "cols",
+    size: [4, 2 * columns],
+    chunks: [
+      { offsets: [0, 0], sizes: [4, columns], record: tensorRecord([4, columns], iota(4 * columns)) },
+      { offsets: [0, columns], sizes: [4, columns], record: tensorRecord([4, columns], iota(4 * columns, 7)), file: "__1_0.distcp" },
+    ],
+  };
+  const expectedRows = Buffer.concat([iota(2 * columns), iota(2 * columns, 2 * columns)]);
+  const expectedCols = Buffer.concat([0, 1, 2, 3].flatMap((r) => [iota(columns, r * columns), iota(columns, 7 + r * columns)]).map((b) => Buffer.from(b)));
+
+  it("rows split by rank are copied run by run where the sink copies in the kernel; columns gathered with reused memory", async () => {
+    const dir = dcpFolder(join(work, "large"), [rows, cols]);
+    const checkpoint = await openDcp(dir, { rowGroupSize: 300_000 });
+    for (const [tensor, expected] of [
+      [checkpoint.tensors[0]!, expectedRows],
+      [checkpoint.tensors[1]!, expectedCols],
+    ] as const) {
+      const path = join(work, `${tensor.name}.bin`);
+      const sink = await createFileSink(path);
+      await pipeTensor(tensor, sink);
+      // The native module, where it loaded (core/node installs its CRC-32 then), copies in the kernel.
+      if (tensor.name === "rows" && kernels.crc32Range !== undefined) expect((sink as AtomicFileSink).kernelCopied).toBe(tensor.byteLength);
+      await sink.close();
+      expect(Buffer.from(readFileSync(path)).equals(expected), tensor.name).toBe(true);
+      expect(Buffer.from(Buffer.from(await hexOf(tensor, 65_536), "hex")).equals(expected), tensor.name).toBe(true);
+    }
   });
 });
