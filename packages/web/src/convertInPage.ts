@@ -26,7 +26,7 @@ import {
   tensorByteLength,
   withContext,
 } from "@st-convert/core";
-import { detectInputFormat, formatByExtension, formatByName } from "./formats.js";
+import { FORMATS, detectInputFormat, formatByExtension, formatByName } from "./formats.js";
 import { plural } from "./text.js";
 
 /** A picked file: a `File`, or any `Blob` with a name. */
@@ -123,11 +123,18 @@ export interface FileInfo {
   totals: { tensors: number; parameters: number; bytes: number };
 }
 
-/** The file a conversion reads: an index among the picked files (its shards beside it), else the first. */
+/**
+ * The file a conversion reads: an index among the picked files (its shards beside it), or a
+ * distributed checkpoint's `.metadata` (its rank files beside it), else the first.
+ */
 export function mainFile(files: readonly NamedBlob[]): NamedBlob {
   const first = files[0];
   if (first === undefined) throw new StConvertError("InvalidArgument", "no file was picked");
-  return files.find((f) => formatByExtension(f.name)?.name.endsWith("-index") === true) ?? first;
+  return (
+    files.find((f) => formatByExtension(f.name)?.name.endsWith("-index") === true) ??
+    files.find((f) => FORMATS.some((format) => format.folderEntry !== undefined && f.name === format.folderEntry)) ??
+    first
+  );
 }
 
 /**
@@ -210,7 +217,7 @@ export async function convertFiles(
   try {
     compiled = compileSettings(settings);
     outputFormat = formatByName(to);
-    if (outputFormat.readOnly === true || outputFormat.name.endsWith("-index")) {
+    if (outputFormat.readOnly === true || outputFormat.name.endsWith("-index") || outputFormat.writeFolder !== undefined) {
       throw new StConvertError("UnknownFormat", `${outputFormat.name} can be read but not written`, { file: outputName });
     }
   } catch (error) {
@@ -325,9 +332,15 @@ async function openInput(
 function openSibling(files: readonly NamedBlob[], indexName: string, name: string): ByteSource {
   const found = files.find((f) => relativePath(f) === siblingPath(files, indexName, name)) ?? files.find((f) => f.name === name);
   if (found === undefined) {
-    throw new StConvertError("InvalidArgument", `the index names ${JSON.stringify(name)}, which was not picked: pick the index together with its shards`, {
-      file: indexName,
-    });
+    throw new StConvertError(
+      "InvalidArgument",
+      indexName.endsWith(".metadata")
+        ? `the checkpoint's metadata names ${JSON.stringify(name)}, which was not picked: pick the whole folder, .metadata with its rank files`
+        : `the index names ${JSON.stringify(name)}, which was not picked: pick the index together with its shards`,
+      {
+        file: indexName,
+      },
+    );
   }
   return readAheadSource(blobSource(found, name));
 }

@@ -7,7 +7,7 @@ import { type ByteSource, StConvertError, type TensorFormat, fileStem, safetenso
 import { flaxFormat } from "@st-convert/flax/format";
 import { jsonFormat } from "@st-convert/json/format";
 import { npyFormat, npzFormat } from "@st-convert/npy/format";
-import { torchFormat, torchIndexFormat } from "@st-convert/torch/format";
+import { dcpFormat, torchFormat, torchIndexFormat } from "@st-convert/torch/format";
 
 /** Every format the page knows, in the order the command's `--help` lists them. */
 export const FORMATS: readonly TensorFormat[] = [
@@ -19,10 +19,14 @@ export const FORMATS: readonly TensorFormat[] = [
   jsonFormat,
   torchFormat,
   torchIndexFormat,
+  dcpFormat,
 ];
 
-/** The formats a conversion can write (the choices of `select[name=to]`). */
-export const OUTPUT_FORMATS: readonly TensorFormat[] = FORMATS.filter((f) => f.readOnly !== true && !f.name.endsWith("-index"));
+/**
+ * The formats a conversion can write (the choices of `select[name=to]`): a page offers one file
+ * to save, so a format whose checkpoints are folders (dcp) is read here but not written.
+ */
+export const OUTPUT_FORMATS: readonly TensorFormat[] = FORMATS.filter((f) => f.readOnly !== true && !f.name.endsWith("-index") && f.writeFolder === undefined);
 
 /** Bytes read to recognise a file by its content (as the command reads). */
 export const SNIFF_BYTES = 4096;

@@ -114,8 +114,8 @@ async function inspect(): Promise<void> {
     return;
   }
   setState("reading");
-  if (files.length > 1 && !mainFile(files).name.toLowerCase().endsWith(".index.json")) {
-    addWarning(`${files.length} files were picked and none is an index: ${mainFile(files).name} is the one converted`);
+  if (files.length > 1 && !mainFile(files).name.toLowerCase().endsWith(".index.json") && mainFile(files).name !== ".metadata") {
+    addWarning(`${files.length} files were picked and none is an index or a .metadata: ${mainFile(files).name} is the one converted`);
   }
   const warnings: string[] = [];
   try {

@@ -45,6 +45,8 @@ describe("compileSettings", () => {
 describe("formats", () => {
   it("offers every writable format of the command, and no index", () => {
     expect(OUTPUT_FORMATS.map((f) => f.name)).toEqual(["safetensors", "npy", "npz", "flax", "json", "torch"]);
+    // A distributed checkpoint is read from its picked folder; a page saves one file, so it is not written here.
+    expect(FORMATS.map((f) => f.name)).toContain("dcp");
     expect(FORMATS.map((f) => f.name)).toContain("safetensors-index");
     expect(() => formatByName("gguf")).toThrow(/unknown format "gguf"/);
   });
@@ -76,6 +78,29 @@ describe("inspectFiles and convertFiles", () => {
     // Without its shards, the index is refused with a line that says what to pick.
     const alone = files.filter((f) => f.name.endsWith(".index.json"));
     expect(await failure(inspectFiles(alone))).toMatch(/^model\.safetensors\.index\.json: .*pick the index together with its shards \[InvalidArgument\]$/);
+  });
+
+  it("read a distributed checkpoint picked as its files (.metadata and rank files) and convert it", async () => {
+    const dir = "dcp/ranks2";
+    const { readdirSync } = await import("node:fs");
+    const files = readdirSync(fixturePath(dir)).map((n) => fixtureFile(`${dir}/${n}`));
+    expect(mainFile(files).name).toBe(".metadata");
+    const info = await inspectFiles(files);
+    expect(info.format).toBe("dcp");
+    expect(info.tensors.map((t) => t.name)).toContain("model.embed.weight");
+    const sink = new BlobSink("model.safetensors");
+    await convertFiles(files, "safetensors", sink, "model.safetensors");
+    const out = new Uint8Array(await sink.blob().arrayBuffer());
+    const { readSafetensors, readTensorBytes } = await import("@st-convert/core");
+    const file = await readSafetensors(out);
+    const expected = JSON.parse(readFileSync(fixturePath("dcp", "manifest.json"), "utf8")).ranks2.items.find(
+      (i: { name: string }) => i.name === "model.proj.weight",
+    );
+    const proj = file.tensors.find((t) => t.name === "model.proj.weight")!;
+    expect(Buffer.from(await readTensorBytes(proj)).toString("hex")).toBe(expected.hex);
+    // Without its rank files, one line says what to pick.
+    const alone = files.filter((f) => f.name === ".metadata");
+    expect(await failure(inspectFiles(alone))).toMatch(/pick the whole folder, \.metadata with its rank files\).*\[InvalidRelativePath\]$/);
   });
 
   it("name a refused input as the command does: file, tensor, rule, [Code]", async () => {
