@@ -40,7 +40,7 @@ export const DCP_ROW_GROUP_SIZE = 8 * 1024 * 1024;
 export interface DcpReadOptions extends Pick<TorchReadOptions, "maxMemoEntries" | "maxStackSize" | "maxNestingDepth" | "maxObjects" | "codec"> {
   /** Receives non-fatal notices (items skipped). */
   onWarning?: (message: string) => void;
-  /** The tensors kept (`--filter`): the others are left out before any of their bytes is read. */
+  /** The tensors kept (`--filter`): the others are left out before any of their records is opened. Other items are always read. */
   include?: (name: string) => boolean;
   /** Largest `.metadata`, in bytes. Default `MAX_PICKLE_SIZE`. */
   maxMetadataSize?: number;
@@ -241,7 +241,8 @@ export async function readDcp(
     const carried: [string, string][] = [];
     const notices: string[] = [];
     for (const item of decoded.items) {
-      if (options.include !== undefined && !options.include(item.name)) continue;
+      // The selection is the tensors': the other items are read whatever it keeps (they are small).
+      if (item.kind === "tensor" && options.include !== undefined && !options.include(item.name)) continue;
       try {
         if (item.kind === "bytes") {
           const { value } = await readTorchZipValue(await record(item.storage, item.name), readOptions);
