@@ -52,8 +52,7 @@ export interface DcpReadOptions extends Pick<TorchReadOptions, "maxMemoEntries" 
 
 /** One consolidated tensor. */
 export interface DcpTensor extends TensorEntry {
-  /** The chunks it is made of, as the metadata lists them. */
-  readonly chunks: TensorEntry["chunks"];
+  /** The chunks its ranks saved, as the metadata lists them. */
   readonly pieces: readonly DcpChunk[];
 }
 
@@ -76,14 +75,14 @@ function windowOf(file: ByteSource, storage: DcpStorage): ByteSource & { readonl
     size: length,
     base: file,
     start: offset,
-    read: (at, n) => {
+    read: async (at, n) => {
       if (at + n > length) throw new StConvertError("UnexpectedEof", `a read of ${n} bytes at ${at} passes the record's ${length} bytes`);
       return file.read(offset + at, n);
     },
     readInto:
       file.readInto === undefined
         ? undefined
-        : (at, target) => {
+        : async (at, target) => {
             if (at + target.byteLength > length) throw new StConvertError("UnexpectedEof", `a read at ${at} passes the record's ${length} bytes`);
             return file.readInto!(offset + at, target);
           },
@@ -301,7 +300,7 @@ async function consolidated(
   const opened: OpenedChunk[] = [];
   for (const chunk of item.chunks) {
     const window = await record(chunk.storage, name);
-    const file = await readTorchStrict(window, readOptions);
+    const { file } = await readTorchZipValue(window, readOptions);
     const tensor = file.tensors[0];
     const at = `the chunk at [${chunk.offsets.join(", ")}]`;
     if (file.tensors.length !== 1 || tensor === undefined)
@@ -348,12 +347,6 @@ async function consolidated(
         : undefined,
   };
   return entry;
-}
-
-/** A record read as a checkpoint, its nested tensors named as torch.load would give them. */
-async function readTorchStrict(window: ByteSource, options: TorchReadOptions): Promise<{ tensors: readonly TorchTensor[] }> {
-  const { file } = await readTorchZipValue(window, options);
-  return file;
 }
 
 /** The extent of a chunk's record's bytes, in its file (the kernel copy needs the file itself). */
