@@ -430,7 +430,9 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
   }
   const bounds = [...edges].sort((a, b) => a - b);
   const perGroup = Math.max(1, Math.floor(rowGroupSize / rowBytes));
-  const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, Math.min(chunkSize, rowGroupSize))]));
+  const rowBytesOf = (p: OpenedChunk): number => p.chunk.sizes.slice(1).reduce((n, d) => n * d, 1) * es;
+  // Each chunk is read in pieces of one group's rows, so that a group's rows are mostly one read chunk (no join).
+  const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, Math.max(1, perGroup * rowBytesOf(p)))]));
   // With `reuse`, two blocks take turns: a block is filled again only once the consumer has asked
   // for a chunk of the other one, so it is done with this one's chunks but perhaps the last.
   const reused = options.reuse === true ? [new Uint8Array(0), new Uint8Array(0)] : undefined;
@@ -441,22 +443,31 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
     if (reused[turn]!.byteLength < length) reused[turn] = new Uint8Array(length);
     return reused[turn]!.subarray(0, length);
   };
+  let next: Promise<Uint8Array[]> | undefined;
   try {
+    // Every group, in order: the rows each chunk holds of it (the chunks' reads run at once, and
+    // the next group's start before this one is handed on).
+    const groups: { count: number; meeting: OpenedChunk[] }[] = [];
     for (let b = 0; b + 1 < bounds.length; b++) {
       const meeting = pieces.filter((p) => p.chunk.offsets[0]! <= bounds[b]! && bounds[b]! < p.chunk.offsets[0]! + p.chunk.sizes[0]!);
-      for (let first = bounds[b]!; first < bounds[b + 1]!; first += perGroup) {
-        const count = Math.min(perGroup, bounds[b + 1]! - first);
-        const block = blockOf(count * rowBytes);
-        for (const p of meeting) {
-          const sizes = p.chunk.sizes;
-          const chunkRowBytes = (sizes.slice(1).reduce((n, d) => n * d, 1) || 0) * es;
-          const bytes = await cursors.get(p)!.take(count * chunkRowBytes);
-          scatter(bytes, block, [count, ...sizes.slice(1)], [0, ...p.chunk.offsets.slice(1)], [count, ...inner], es);
-        }
-        for (let at = 0; at < block.byteLength; at += chunkSize) yield block.subarray(at, Math.min(at + chunkSize, block.byteLength));
-      }
+      for (let first = bounds[b]!; first < bounds[b + 1]!; first += perGroup) groups.push({ count: Math.min(perGroup, bounds[b + 1]! - first), meeting });
+    }
+    const takeGroup = (g: { count: number; meeting: OpenedChunk[] }) => {
+      const taking = Promise.all(g.meeting.map((p) => cursors.get(p)!.take(g.count * rowBytesOf(p))));
+      taking.catch(() => {});
+      return taking;
+    };
+    next = groups.length > 0 ? takeGroup(groups[0]!) : undefined;
+    for (let i = 0; i < groups.length; i++) {
+      const { count, meeting } = groups[i]!;
+      const parts = await next!;
+      const block = blockOf(count * rowBytes);
+      meeting.forEach((p, j) => scatter(parts[j]!, block, [count, ...p.chunk.sizes.slice(1)], [0, ...p.chunk.offsets.slice(1)], [count, ...inner], es));
+      next = i + 1 < groups.length ? takeGroup(groups[i + 1]!) : undefined;
+      for (let at = 0; at < block.byteLength; at += chunkSize) yield block.subarray(at, Math.min(at + chunkSize, block.byteLength));
     }
   } finally {
+    await next?.catch(() => {});
     for (const cursor of cursors.values()) await cursor.close().catch(() => {});
   }
 }
