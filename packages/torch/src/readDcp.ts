@@ -233,7 +233,15 @@ export async function readDcp(
       }
       return windowOf(file, storage);
     };
-    const readOptions: TorchReadOptions = { ...options, onWarning: undefined, rootName: "chunk" };
+    // A chunk's record is read whole, as torch.load reads it: the selection and the notices are this reader's.
+    const readOptions: TorchReadOptions = {
+      maxMemoEntries: options.maxMemoEntries,
+      maxStackSize: options.maxStackSize,
+      maxNestingDepth: options.maxNestingDepth,
+      maxObjects: options.maxObjects,
+      codec: options.codec,
+      rootName: "chunk",
+    };
 
     const tensors: DcpTensor[] = [];
     const others: { name: string; holds: string; carried: boolean }[] = [];
