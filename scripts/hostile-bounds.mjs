@@ -1,6 +1,6 @@
 // `pnpm hostile`: every hostile file of every reader's test suite, run through the command itself
 // (`st-convert FILE out.safetensors`, which reads headers and every tensor's bytes) under
-// /usr/bin/time. Each must be refused (exit 1, one line, the expected code) or accepted as its test
+// /usr/bin/time (a distributed checkpoint's case is a folder, read as the command reads one). Each must be refused (exit 1, one line, the expected code) or accepted as its test
 // says, within 5 s and 200 MB of peak memory. Prints the worst figures; exits 1 on any breach.
 //
 //   pnpm hostile [--keep DIR]

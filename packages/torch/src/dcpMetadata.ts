@@ -48,7 +48,6 @@ const CALLABLES = new Set([
   "pathlib.PurePosixPath",
   "pathlib.PureWindowsPath",
   "pathlib.Path",
-  "collections.OrderedDict",
 ]);
 
 /** Where a chunk's (or a non-tensor item's) bytes are: a whole `torch.save` record in a file of the folder. */
