@@ -416,31 +416,63 @@ class ChunkCursor {
   }
 }
 
+/** A group of output: `count` indices of the cut dimension, and the chunks that hold them. */
+interface Group {
+  readonly count: number;
+  readonly meeting: readonly OpenedChunk[];
+}
+
 /**
- * The tensor in C order where chunks split it across columns (Shard(1), a 2-D mesh): output
- * rows are gathered a group at a time, each chunk read forward through its own rows (chunks are
- * C-contiguous, so a chunk's rows for a group are one run of its bytes), scattered into place.
+ * The groups of a gather, in output order: for every index of the dimensions before the cut
+ * (`k`), the cut dimension in runs of at most `perGroup` indices that end where a chunk starts or
+ * ends, so that each chunk meets a group whole or not at all.
+ */
+function* groupsOf(size: readonly number[], k: number, pieces: readonly OpenedChunk[], perGroup: number): Generator<Group> {
+  const holds = (p: OpenedChunk, d: number, i: number): boolean => p.chunk.offsets[d]! <= i && i < p.chunk.offsets[d]! + p.chunk.sizes[d]!;
+  const edges = new Set<number>([0, size[k]!]);
+  for (const p of pieces) {
+    edges.add(p.chunk.offsets[k]!);
+    edges.add(p.chunk.offsets[k]! + p.chunk.sizes[k]!);
+  }
+  const bounds = [...edges].sort((a, b) => a - b);
+  const prefix = new Array<number>(k).fill(0);
+  for (;;) {
+    const around = pieces.filter((p) => prefix.every((i, d) => holds(p, d, i)));
+    for (let b = 0; b + 1 < bounds.length; b++) {
+      const meeting = around.filter((p) => holds(p, k, bounds[b]!));
+      for (let first = bounds[b]!; first < bounds[b + 1]!; first += perGroup) yield { count: Math.min(perGroup, bounds[b + 1]! - first), meeting };
+    }
+    let d = k - 1;
+    for (; d >= 0; d--) {
+      if (++prefix[d]! < size[d]!) break;
+      prefix[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+/**
+ * The tensor in C order where chunks split it across columns (Shard(1), a 2-D mesh): output is
+ * gathered a group at a time, each chunk read forward through its own bytes (chunks are
+ * C-contiguous, so what a chunk holds of a group is one run of its bytes, and the groups meet
+ * each chunk in its own order), scattered into place. A group is whole rows (dimension 0) where
+ * a row fits `rowGroupSize`; where one does not, the cut moves to the first dimension whose one
+ * index does (a [2, 10^9] weight split by columns is gathered a part of a row at a time).
  */
 async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], options: ChunkOptions = {}, rowGroupSize: number): AsyncGenerator<Uint8Array> {
   const { size, dtype } = item;
   const es = dtype.size;
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
-  const rows = size[0]!;
-  const inner = size.slice(1);
-  const rowElements = inner.reduce((n, d) => n * d, 1);
-  const rowBytes = rowElements * es;
-  if (rowBytes === 0 || rows === 0) return;
-  // Groups end where a chunk starts or ends, so that each chunk meets a group whole or not at all.
-  const edges = new Set<number>([0, rows]);
-  for (const p of pieces) {
-    edges.add(p.chunk.offsets[0]!);
-    edges.add(p.chunk.offsets[0]! + p.chunk.sizes[0]!);
-  }
-  const bounds = [...edges].sort((a, b) => a - b);
-  const perGroup = Math.max(1, Math.floor(rowGroupSize / rowBytes));
-  const rowBytesOf = (p: OpenedChunk): number => p.chunk.sizes.slice(1).reduce((n, d) => n * d, 1) * es;
-  // Each chunk is read in pieces of one group's rows, so that a group's rows are mostly one read chunk (no join).
-  const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, Math.max(1, perGroup * rowBytesOf(p)))]));
+  if (size.some((d) => d === 0)) return;
+  const tail = (sizes: readonly number[], from: number): number => sizes.slice(from).reduce((n, d) => n * d, 1) * es;
+  let k = 0;
+  while (k < size.length - 1 && tail(size, k + 1) > rowGroupSize) k++;
+  const slab = tail(size, k + 1);
+  const inner = size.slice(k + 1);
+  const perGroup = Math.max(1, Math.floor(rowGroupSize / slab));
+  const slabOf = (p: OpenedChunk): number => tail(p.chunk.sizes, k + 1);
+  // Each chunk is read in pieces of one group's share, so that a group's share is mostly one read chunk (no join).
+  const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, Math.max(1, perGroup * slabOf(p)))]));
   // With `reuse`, two blocks take turns: a block is filled again only once the consumer has asked
   // for a chunk of the other one, so it is done with this one's chunks but perhaps the last.
   const reused = options.reuse === true ? [new Uint8Array(0), new Uint8Array(0)] : undefined;
@@ -451,27 +483,23 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
     if (reused[turn]!.byteLength < length) reused[turn] = new Uint8Array(length);
     return reused[turn]!.subarray(0, length);
   };
-  let next: Promise<Uint8Array[]> | undefined;
+  // Every chunk's share of a group is read at once, and the next group's before this one is handed on.
+  const take = (g: Group): Promise<Uint8Array[]> => {
+    const taking = Promise.all(g.meeting.map((p) => cursors.get(p)!.take(g.count * slabOf(p))));
+    taking.catch(() => {});
+    return taking;
+  };
+  const groups = groupsOf(size, k, pieces, perGroup);
+  let group = groups.next();
+  let next = group.done === true ? undefined : take(group.value);
   try {
-    // Every group, in order: the rows each chunk holds of it (the chunks' reads run at once, and
-    // the next group's start before this one is handed on).
-    const groups: { count: number; meeting: OpenedChunk[] }[] = [];
-    for (let b = 0; b + 1 < bounds.length; b++) {
-      const meeting = pieces.filter((p) => p.chunk.offsets[0]! <= bounds[b]! && bounds[b]! < p.chunk.offsets[0]! + p.chunk.sizes[0]!);
-      for (let first = bounds[b]!; first < bounds[b + 1]!; first += perGroup) groups.push({ count: Math.min(perGroup, bounds[b + 1]! - first), meeting });
-    }
-    const takeGroup = (g: { count: number; meeting: OpenedChunk[] }) => {
-      const taking = Promise.all(g.meeting.map((p) => cursors.get(p)!.take(g.count * rowBytesOf(p))));
-      taking.catch(() => {});
-      return taking;
-    };
-    next = groups.length > 0 ? takeGroup(groups[0]!) : undefined;
-    for (let i = 0; i < groups.length; i++) {
-      const { count, meeting } = groups[i]!;
+    while (group.done !== true) {
+      const { count, meeting } = group.value;
       const parts = await next!;
-      const block = blockOf(count * rowBytes);
-      meeting.forEach((p, j) => scatter(parts[j]!, block, [count, ...p.chunk.sizes.slice(1)], [0, ...p.chunk.offsets.slice(1)], [count, ...inner], es));
-      next = i + 1 < groups.length ? takeGroup(groups[i + 1]!) : undefined;
+      const block = blockOf(count * slab);
+      meeting.forEach((p, j) => scatter(parts[j]!, block, [count, ...p.chunk.sizes.slice(k + 1)], [0, ...p.chunk.offsets.slice(k + 1)], [count, ...inner], es));
+      group = groups.next();
+      next = group.done === true ? undefined : take(group.value);
       for (let at = 0; at < block.byteLength; at += chunkSize) yield block.subarray(at, Math.min(at + chunkSize, block.byteLength));
     }
   } finally {
