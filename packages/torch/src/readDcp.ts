@@ -32,7 +32,7 @@ import { describeValue, type PickleValue } from "./Unpickler.js";
 /**
  * Output rows gathered at a time where chunks split a tensor across its columns: each group is
  * filled from every chunk's rows and handed on, so memory stays at about this size plus one read
- * chunk per piece, whatever the tensor's size (one row of the tensor at least).
+ * chunk per piece, whatever the tensor's size (a row larger than this is gathered in parts).
  */
 export const DCP_ROW_GROUP_SIZE = 8 * 1024 * 1024;
 
