@@ -279,7 +279,8 @@ export async function planBatch(
   const problems: BatchSummary["failed"] = [];
   const outputs = new Map<string, string>();
   const outRoot = resolve(outDir);
-  const outExtension = to.extensions[0] ?? `.${to.name}`;
+  // A format whose checkpoints are folders (dcp) writes one folder per input, named after its stem.
+  const outExtension = to.writeFolder !== undefined ? "" : (to.extensions[0] ?? `.${to.name}`);
   /** `key`: the output's absolute path; `inputKey`: the input's (each made once: a folder may hold thousands of files). */
   const add = (input: string, output: string, key: string, inputKey: string): void => {
     const first = outputs.get(key);

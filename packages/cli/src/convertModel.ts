@@ -63,6 +63,15 @@ export async function convertModel(inputDir: string, outputDir: string, options:
   const formats = options.formats ?? FORMATS;
   const to = formatByName(options.to, formats);
   if (to.readOnly === true) throw new StConvertError("UnknownFormat", `${to.name} can be read but not written`);
+  if (to.writeFolder !== undefined) {
+    throw new StConvertError(
+      "InvalidOption",
+      `${to.name} writes a folder per checkpoint: convert one checkpoint at a time (st-convert IN OUT_DIR --to ${to.name})`,
+      {
+        file: inputDir,
+      },
+    );
+  }
   const layout = await readLayout(inputDir, formats);
   if (layout.singles.length === 0 && layout.indexes.length === 0) {
     throw new StConvertError("InvalidOption", "the folder holds no checkpoint (no tensor file and no index)", { file: inputDir });

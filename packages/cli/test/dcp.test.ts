@@ -86,6 +86,20 @@ describe("st-convert with distributed checkpoints", () => {
     expect(readFileSync(join(ckpt, ".metadata"))).not.toEqual(before);
   });
 
+  it("a batch --to dcp writes a folder per input, named after its stem; a model folder --to dcp is refused as a usage error", async () => {
+    const model = join(dir, "model.safetensors");
+    expect(runCli([ranks2, model]).status).toBe(0);
+    const run = runCli([model, "--out-dir", join(dir, "batch"), "--to", "dcp"]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(readdirSync(join(dir, "batch", "model")).sort()).toEqual([".metadata", "__0_0.distcp"]);
+    const folder = join(dir, "models");
+    mkdirSync(folder);
+    copyFileSync(model, join(folder, "model.safetensors"));
+    const refused = runCli([folder, join(dir, "out"), "--to", "dcp"]);
+    expect(refused.status).toBe(2);
+    expect(refused.stderr).toMatch(/convert one checkpoint at a time/);
+  });
+
   it("a failed write leaves no folder behind", () => {
     const ckpt = join(dir, "never");
     // BOOL bytes other than 0 and 1 cannot be written as a torch tensor: refused before the folder appears.
