@@ -23,8 +23,18 @@ interface Report {
   others: Record<string, string>;
 }
 
+const opened: { close(): Promise<void> }[] = [];
+afterAll(async () => {
+  for (const file of opened) await file.close();
+});
+
 async function readFolder(dir: string) {
-  return readDcp(await openFileSource(join(dir, ".metadata")), (name) => openFileSource(join(dir, name)));
+  const open = async (path: string) => {
+    const file = await openFileSource(path);
+    opened.push(file);
+    return file;
+  };
+  return readDcp(await open(join(dir, ".metadata")), (name) => open(join(dir, name)));
 }
 
 describeInterop("dcp interop", (python) => {
