@@ -16,7 +16,7 @@ export const helpCommand: Command = {
   takesFormatOptions: false,
   help: generalHelp,
   async run({ positionals }, context) {
-    if (positionals.length > 1) throw new UsageError("help takes at most one command: st-convert help [convert|info|batch]");
+    if (positionals.length > 1) throw new UsageError("help takes at most one command: st-convert help [convert|batch|info|hash|stats|diff]");
     const topic = positionals[0];
     if (topic === undefined) {
       context.io.stdout(generalHelp(context.formats, context.formatOptions));

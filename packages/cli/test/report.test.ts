@@ -66,6 +66,10 @@ describe("the --json report", () => {
       { command: "batch", ok: true, dryRun: true, totals: { planned: 2 } },
     ],
     ["batch, usage error", [tree, "--out-dir", join(dir, "out3")], 2, { command: "batch", ok: false, error: { code: "Usage" } }],
+    ["hash", ["hash", mixed], 0, { command: "hash", ok: true, input: { format: "safetensors" }, totals: { tensors: 8 } }],
+    ["hash, refused", ["hash", broken], 1, { command: "hash", ok: false, digest: null, error: { code: "TensorInvalidInfo" } }],
+    ["stats", ["stats", mixed], 0, { command: "stats", ok: true, input: { format: "safetensors" } }],
+    ["stats, usage error", ["stats"], 2, { command: "stats", ok: false, error: { code: "Usage" } }],
   ] as const)("%s: one valid line on stdout", (_name, args, status, expected) => {
     const run = runCli([...args, "--json"]);
     expect(run.status, run.stderr).toBe(status);
