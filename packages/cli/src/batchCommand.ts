@@ -50,6 +50,7 @@ Exit status: 0 when every file converted or was skipped, 1 when any failed, 2 on
       dryRun: report.dryRun,
       force: values.force === true,
       allowEmpty: values["allow-empty"] === true,
+      verify: values.verify === true,
       signal: context.io.signal,
       onWarning: undefined,
       onEvent: (event) => {

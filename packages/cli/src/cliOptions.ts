@@ -59,6 +59,10 @@ export const WRITE_OPTIONS: OptionTable = {
   force: { type: "boolean", short: "f", description: "replace existing outputs (otherwise they are never touched)" },
   metadata: { type: "string", multiple: true, valueName: "KEY=VALUE", description: "add or override a metadata entry (repeatable)" },
   "allow-empty": { type: "boolean", description: "write an output even when no tensor is left to write" },
+  verify: {
+    type: "boolean",
+    description: "read each output back and compare its tensors' SHA-256 with the input's; on a difference, exit 1 and remove the output",
+  },
 };
 
 /** Options of a single conversion. */

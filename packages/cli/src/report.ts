@@ -55,6 +55,8 @@ export interface ConvertReport extends ReportBase {
   files: string[];
   tensors: number;
   bytes: number;
+  /** With `--verify`: the checkpoint digest of the tensors written and read back (as `hash` gives it). */
+  digest?: string;
 }
 
 /** `st-convert info FILE --json`. */
