@@ -24,6 +24,7 @@ export {
   describeError,
   planBatch,
 } from "./convertMany.js";
+export { type DiffOptions, type DiffResult, type TensorDiff, diff } from "./diff.js";
 export { type HashOptions, type HashResult, type TensorDigest, checkpointDigest, hash, tensorSha256 } from "./hash.js";
 export type { RemoteInputOptions } from "./remoteInput.js";
 export { type StatsOptions, type StatsResult, type TensorStats, stats, tensorStats } from "./stats.js";

@@ -12,6 +12,13 @@ import { describeInterop, makeTempDir, runCli, runPython } from "@st-convert/tes
 const { dir, cleanup } = makeTempDir();
 afterAll(cleanup);
 
+let made = false;
+/** The reference files, made once for both blocks (torch takes seconds to start). */
+function makeFiles(python: string): void {
+  if (!made) runPython(python, "reference_inspect.py", ["make", dir]);
+  made = true;
+}
+
 interface HashReport {
   digest: string;
   tensors: { name: string; dtype: string; shape: number[]; sha256: string }[];
@@ -33,7 +40,7 @@ function readmeDigestSnippet(): string {
 
 describeInterop("hash, stats and diff against hashlib, numpy and torch", (python) => {
   beforeAll(() => {
-    runPython(python, "reference_inspect.py", ["make", dir]);
+    makeFiles(python);
   });
 
   it("hash: each tensor's SHA-256 is hashlib's over torch's bytes, in safetensors, torch and npz files", () => {
@@ -88,5 +95,50 @@ describeInterop("hash, stats and diff against hashlib, numpy and torch", (python
   it("stats --filter picks tensors", () => {
     const { tensors } = cliJson<{ tensors: { name: string }[] }>(["stats", join(dir, "model.pt"), "--filter", "^f8_"]);
     expect(tensors.map((t) => t.name).sort()).toEqual(["f8_e4m3", "f8_e4m3fnuz", "f8_e5m2", "f8_e5m2.special", "f8_e5m2fnuz", "f8_e8m0"]);
+  });
+});
+
+describeInterop("diff against torch.testing.assert_close", (python) => {
+  interface DiffReport {
+    same: boolean;
+    tensors: { name: string; status: string; differing: number | null }[];
+  }
+  beforeAll(() => {
+    makeFiles(python);
+    runPython(python, "reference_inspect.py", ["perturb", join(dir, "model.safetensors"), join(dir, "perturbed.safetensors")]);
+    expect(runCli([join(dir, "model.safetensors"), join(dir, "bf16.safetensors"), "--cast", "BF16", "--force"]).status).toBe(0);
+  });
+
+  const cases: [string, string, number, number][] = [
+    ["model.safetensors", "perturbed.safetensors", 0, 0],
+    ["model.pt", "perturbed.safetensors", 1e-5, 1.3e-6],
+    ["model.safetensors", "perturbed.safetensors", 0.02, 0.001],
+    ["perturbed.safetensors", "model.npz", 0.3, 0],
+    ["model.safetensors", "perturbed.safetensors", 0, 1e-4],
+    ["model.safetensors", "bf16.safetensors", 1e-5, 1.3e-6],
+    ["model.pt", "bf16.safetensors", 0.05, 0.01],
+  ];
+
+  it("with tolerances, the verdict of each tensor is assert_close's (exact and cast files, across formats)", () => {
+    const verdicts = JSON.parse(
+      runPython(python, "reference_inspect.py", ["close", JSON.stringify(cases.map(([a, b, atol, rtol]) => [join(dir, a), join(dir, b), atol, rtol]))]),
+    ) as Record<string, boolean>[];
+    for (const [i, [a, b, atol, rtol]] of cases.entries()) {
+      const theirs = verdicts[i]!;
+      const run = runCli(["diff", join(dir, a), join(dir, b), "--atol", String(atol), "--rtol", String(rtol), "--json"]);
+      const report = JSON.parse(run.stdout) as DiffReport;
+      const ours = Object.fromEntries(report.tensors.filter((t) => t.name in theirs).map((t) => [t.name, t.status === "same"]));
+      expect(ours, `${a} ${b} ${atol} ${rtol}`).toEqual(theirs);
+      expect(Object.values(theirs)).toContain(true);
+      expect(run.status).toBe(report.same ? 0 : 1);
+    }
+  });
+
+  it("exactly, the same tensors in torch and safetensors files are the same, and a nudged element is found", () => {
+    expect(runCli(["diff", join(dir, "model.pt"), join(dir, "model.safetensors")]).status).toBe(0);
+    const run = runCli(["diff", join(dir, "model.safetensors"), join(dir, "perturbed.safetensors"), "--json"]);
+    expect(run.status).toBe(1);
+    const big = (JSON.parse(run.stdout) as { tensors: Record<string, unknown>[] }).tensors.find((t) => t.name === "big.f32");
+    expect(big).toMatchObject({ status: "values", differing: 2, firstIndex: [12345] });
   });
 });

@@ -70,6 +70,9 @@ describe("the --json report", () => {
     ["hash, refused", ["hash", broken], 1, { command: "hash", ok: false, digest: null, error: { code: "TensorInvalidInfo" } }],
     ["stats", ["stats", mixed], 0, { command: "stats", ok: true, input: { format: "safetensors" } }],
     ["stats, usage error", ["stats"], 2, { command: "stats", ok: false, error: { code: "Usage" } }],
+    ["diff, same", ["diff", mixed, mixed], 0, { command: "diff", ok: true, same: true, totals: { same: 8 } }],
+    ["diff, different", ["diff", mixed, broken], 1, { command: "diff", ok: false, same: null, error: { code: "TensorInvalidInfo" } }],
+    ["diff, tolerances", ["diff", mixed, mixed, "--atol", "0.1"], 0, { command: "diff", ok: true, tolerance: { atol: 0.1, rtol: 0 } }],
   ] as const)("%s: one valid line on stdout", (_name, args, status, expected) => {
     const run = runCli([...args, "--json"]);
     expect(run.status, run.stderr).toBe(status);
