@@ -79,6 +79,8 @@ export interface BatchItem {
   bytes: number | null;
   reason: string | null;
   error: ReportError | null;
+  /** The checkpoint digest of the output's tensors, when taken (`--verify`, `--manifest`, an output `--skip-existing` read back). */
+  digest?: string;
 }
 
 /** `st-convert INPUTS... --out-dir DIR --to FORMAT --json`. */
