@@ -39,6 +39,8 @@ Usage:
   st-convert <inputs or folders...> --out-dir DIR --to FORMAT [--jobs N] [--dry-run]
                                                         convert many; folders are searched recursively
   st-convert info <file> [--json]                       list a file's tensors and metadata
+  st-convert hash|stats <file> [--json]                 digests / statistics of each tensor
+  st-convert diff <a> <b> [--atol X] [--rtol Y]         whether two checkpoints hold the same tensors
   st-convert help <command>                             the options of a command
   - as a file is stdin or stdout. A sharded checkpoint is read through its index:
   st-convert model.safetensors.index.json model.npz
