@@ -6,6 +6,7 @@
  */
 import { isStConvertError } from "@st-convert/core";
 import type { InspectedFile } from "./inspect.js";
+import type { TensorTreeNode } from "./tensorTree.js";
 import { parameterCount } from "./text.js";
 
 /** Version of the report's shape (`"version"` in every report). */
@@ -68,6 +69,8 @@ export interface InfoReport extends ReportBase {
   totals: { tensors: number; parameters: number; bytes: number };
   /** Symbols the file's pickle names outside its reader's allow-list, none of them run (`[]` for formats that cannot name code). */
   globals?: string[];
+  /** With `--tree`: the names grouped by their dotted prefixes, repeated groups folded. */
+  tree?: TensorTreeNode;
 }
 
 /** One file of a batch. */
