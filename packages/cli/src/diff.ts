@@ -8,7 +8,7 @@
 import type { ByteSource, Metadata, TensorEntry } from "@st-convert/core";
 import { compareCodePoints } from "@st-convert/core";
 import { type InspectOptions, type InspectedFile, readInput } from "./inspect.js";
-import { BLOCK_BYTES, BlockReader, valueDecoder, valueWidth } from "./tensorValues.js";
+import { BLOCK_BYTES, BYTE_BLOCK_BYTES, BlockReader, valueDecoder, valueWidth } from "./tensorValues.js";
 
 /** Options of {@link diff}: how both inputs are read (the same for each), and the rule. */
 export interface DiffOptions extends InspectOptions {
@@ -205,8 +205,8 @@ async function compareBytes(
   progress: (bytes: number) => void,
 ): Promise<void> {
   const unit = x.dtype === "C64" ? 8 : 1;
-  const left = new BlockReader(x, BLOCK_BYTES);
-  const right = new BlockReader(y, BLOCK_BYTES);
+  const left = new BlockReader(x, BYTE_BLOCK_BYTES);
+  const right = new BlockReader(y, BYTE_BLOCK_BYTES);
   let at = 0;
   try {
     for (;;) {
@@ -243,10 +243,14 @@ async function compareValues(
   signal: AbortSignal | undefined,
   progress: (bytes: number) => void,
 ): Promise<void> {
-  const left = new BlockReader(x, BLOCK_ELEMENTS * widthX);
-  const right = new BlockReader(y, BLOCK_ELEMENTS * widthY);
-  const a = new Float64Array(BLOCK_ELEMENTS);
-  const b = new Float64Array(BLOCK_ELEMENTS);
+  // Exact: bytes compared in the reader's own chunks, values decoded only where they differ.
+  const elements = tolerance === null ? BYTE_BLOCK_BYTES / widthX : BLOCK_ELEMENTS;
+  const left = new BlockReader(x, elements * widthX);
+  const right = new BlockReader(y, elements * widthY);
+  // The values, made at the first block that needs them (an exact comparison of equal tensors never does).
+  const room = Math.min(elements, Math.ceil(x.byteLength / widthX));
+  let a: Float64Array | undefined;
+  let b: Float64Array | undefined;
   let at = 0;
   try {
     for (;;) {
@@ -256,6 +260,8 @@ async function compareValues(
       if (tolerance === null) {
         // Exact: the bytes decide, element by element; the values only measure the difference.
         if (!Buffer.from(p.buffer, p.byteOffset, p.byteLength).equals(Buffer.from(q.buffer, q.byteOffset, q.byteLength))) {
+          a ??= new Float64Array(room);
+          b ??= new Float64Array(room);
           decodeX(p, count, a);
           decodeY(q, count, b);
           for (let i = 0; i < count; i++) {
@@ -268,6 +274,8 @@ async function compareValues(
           }
         }
       } else {
+        a ??= new Float64Array(room);
+        b ??= new Float64Array(room);
         decodeX(p, count, a);
         decodeY(q, count, b);
         const { atol, rtol } = tolerance;

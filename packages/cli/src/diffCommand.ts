@@ -77,7 +77,8 @@ Exit status: 0 when A and B are the same, 1 when they differ or an input is refu
       report.totals = result.totals;
       report.ok = true;
       if (context.json) printReport(context);
-      else context.io.stdout(diffText(result, report.a.file, report.b.file, same));
+      // -q: only the exit status says, as `cmp -s` does.
+      else if (!context.quiet) context.io.stdout(diffText(result, report.a.file, report.b.file, same));
       return same ? EXIT_OK : EXIT_FAILURE;
     } finally {
       await stdin?.close();

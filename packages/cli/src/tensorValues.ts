@@ -3,10 +3,26 @@
  * compute on. Every float dtype converts exactly (core's casts to F64, bit-exact with torch); the
  * integers convert as numpy's `astype(float64)` does (I64/U64 past 2^53 round to the nearest double).
  */
-import { type Dtype, type TensorEntry, LITTLE_ENDIAN, castKernel, exactChunks, isFloatCastDtype, swapBytesInPlace, withContext } from "@st-convert/core";
+import {
+  DEFAULT_CHUNK_SIZE,
+  type Dtype,
+  type TensorEntry,
+  LITTLE_ENDIAN,
+  castKernel,
+  exactChunks,
+  isFloatCastDtype,
+  swapBytesInPlace,
+  withContext,
+} from "@st-convert/core";
 
-/** Bytes of a block: large enough that a block's cost is its loop, small enough to stay in the CPU's cache. */
+/**
+ * Bytes of a block: large enough that a block's cost is its loop, small enough that the values
+ * decoded from it (8 bytes each) stay in the CPU's cache.
+ */
 export const BLOCK_BYTES = 256 * 1024;
+
+/** Bytes of a block compared as bytes (exact diffs): core's chunk size, so that blocks are the reader's chunks, uncopied. */
+export const BYTE_BLOCK_BYTES = DEFAULT_CHUNK_SIZE;
 
 /** Bytes per element of the dtypes whose values are read as numbers; undefined for the packed F4/F6 and complex C64. */
 export function valueWidth(dtype: Dtype): number | undefined {
@@ -107,12 +123,15 @@ export function valueDecoder(dtype: Dtype): ValueDecoder | undefined {
 }
 
 /**
- * A tensor's bytes in blocks of a fixed size (the last one shorter), each in memory of the
- * reader's own, aligned to 8 bytes, valid until the next call. One pass; exactly the tensor's
+ * A tensor's bytes in blocks of a fixed size (the last one shorter), each aligned to 8 bytes,
+ * read-only and valid until the next call (the reader's chunk itself where a block lies whole in
+ * it, else a copy in memory of this reader's own). One pass; exactly the tensor's
  * byte length or a `ByteLengthMismatch` error naming it.
  */
 export class BlockReader {
-  readonly #buffer: Uint8Array;
+  readonly #blockBytes: number;
+  /** Made at the first block that must be copied. */
+  #buffer: Uint8Array | undefined;
   readonly #iterator: AsyncIterator<Uint8Array>;
   #chunk: Uint8Array | undefined;
   #at = 0;
@@ -123,7 +142,7 @@ export class BlockReader {
     readonly entry: TensorEntry,
     blockBytes: number,
   ) {
-    this.#buffer = new Uint8Array(Math.max(8, Math.min(blockBytes, roundUp8(entry.byteLength))));
+    this.#blockBytes = Math.max(8, Math.min(blockBytes, roundUp8(entry.byteLength)));
     // reuse: each chunk is copied out before the one after it is asked for.
     this.#iterator = exactChunks(entry, { reuse: true })[Symbol.asyncIterator]();
     this.#left = entry.byteLength;
@@ -140,9 +159,26 @@ export class BlockReader {
       await this.#drain();
       return undefined;
     }
-    const size = Math.min(this.#buffer.byteLength, this.#left);
+    const size = Math.min(this.#blockBytes, this.#left);
     let filled = 0;
     try {
+      if (this.#chunk === undefined || this.#at === this.#chunk.byteLength) {
+        const next = await this.#iterator.next();
+        if (next.done === true) throw new Error("unreachable: exactChunks ends early only by throwing");
+        this.#chunk = next.value;
+        this.#at = 0;
+      }
+      // A block that lies whole and aligned in the reader's chunk is handed on as it is, not copied:
+      // with chunks asked for with reuse, it stays valid until the chunk after next is asked for,
+      // that is past the caller's next call. (Not on a big-endian machine, where decoding swaps bytes in place.)
+      const chunk = this.#chunk;
+      if (LITTLE_ENDIAN && chunk.byteLength - this.#at >= size && (chunk.byteOffset + this.#at) % 8 === 0) {
+        const block = chunk.subarray(this.#at, this.#at + size);
+        this.#at += size;
+        this.#left -= size;
+        return block;
+      }
+      this.#buffer ??= new Uint8Array(this.#blockBytes);
       while (filled < size) {
         if (this.#chunk === undefined || this.#at === this.#chunk.byteLength) {
           const next = await this.#iterator.next();
