@@ -27,7 +27,7 @@ export {
 export { type DiffOptions, type DiffResult, type TensorDiff, diff } from "./diff.js";
 export { type HashOptions, type HashResult, type TensorDigest, checkpointDigest, hash, tensorSha256 } from "./hash.js";
 export type { RemoteInputOptions } from "./remoteInput.js";
-export { type StatsOptions, type StatsResult, type TensorStats, stats, tensorStats } from "./stats.js";
+export { type StatsOptions, type StatsResult, type TensorStats, stats } from "./stats.js";
 export { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
 export { type CliIo, EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main } from "./main.js";
 export { type ProgressLine, createProgressLine, formatSize, renderProgress } from "./progress.js";

@@ -6,7 +6,7 @@
  */
 import { isStConvertError } from "@st-convert/core";
 import type { InspectedFile } from "./inspect.js";
-import type { TensorTreeNode } from "./tensorTree.js";
+import type { TensorTreeNode } from "@st-convert/core";
 import { parameterCount } from "./text.js";
 
 /** Version of the report's shape (`"version"` in every report). */

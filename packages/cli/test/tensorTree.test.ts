@@ -3,7 +3,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { makeTempDir, runCli, safetensorsFile } from "@st-convert/testing";
-import { type TensorTreeNode, tensorTree } from "../src/tensorTree.js";
+import { type TensorTreeNode, tensorTree } from "@st-convert/core";
 
 const { dir, cleanup } = makeTempDir();
 afterAll(cleanup);

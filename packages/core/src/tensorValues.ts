@@ -1,19 +1,14 @@
 /**
- * A tensor's elements as float64 numbers, in blocks: what `stats()` and `diff()` with tolerances
+ * A tensor's elements as float64 numbers, in blocks: what `tensorStats()` and `diffTensors()`
  * compute on. Every float dtype converts exactly (core's casts to F64, bit-exact with torch); the
  * integers convert as numpy's `astype(float64)` does (I64/U64 past 2^53 round to the nearest double).
  */
-import {
-  DEFAULT_CHUNK_SIZE,
-  type Dtype,
-  type TensorEntry,
-  LITTLE_ENDIAN,
-  castKernel,
-  exactChunks,
-  isFloatCastDtype,
-  swapBytesInPlace,
-  withContext,
-} from "@st-convert/core";
+import { DEFAULT_CHUNK_SIZE } from "./ByteSource.js";
+import { castKernel, isFloatCastDtype } from "./castKernels.js";
+import type { Dtype } from "./dtypes.js";
+import { withContext } from "./StConvertError.js";
+import { LITTLE_ENDIAN, swapBytesInPlace } from "./swapBytes.js";
+import { type TensorEntry, exactChunks } from "./Tensor.js";
 
 /**
  * Bytes of a block: large enough that a block's cost is its loop, small enough that the values

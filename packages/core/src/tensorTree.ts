@@ -1,12 +1,10 @@
 /**
- * `info --tree`: tensor names grouped by their dotted prefixes (`model.layers.0.self_attn.q_proj`),
+ * A checkpoint's tensor names grouped by their dotted prefixes (`model.layers.0.self_attn.q_proj`),
  * with the parameters and bytes of each group, and runs of numbered groups that hold the same
  * tensors (names, dtypes and shapes) folded into one: `layers.{0..31}`. A checkpoint of thousands
- * of tensors reads as the model's structure.
+ * of tensors reads as the model's structure (`st-convert info --tree`, the page's tree).
  */
-import { compareCodePoints } from "@st-convert/core";
-import { formatSize } from "./progress.js";
-import { groupDigits, parameterCount } from "./text.js";
+import { compareCodePoints } from "./Tensor.js";
 
 /** One group (or tensor) of the tree. */
 export interface TensorTreeNode {
@@ -45,7 +43,7 @@ export function tensorTree(tensors: readonly { name: string; dtype: string; shap
       }
       node = child;
     }
-    node.tensor = { dtype: t.dtype, shape: [...t.shape], params: parameterCount(t.shape), bytes: t.byteLength };
+    node.tensor = { dtype: t.dtype, shape: [...t.shape], params: t.shape.reduce((n, d) => n * d, 1), bytes: t.byteLength };
   }
   return finish(root, true);
 }
@@ -116,27 +114,4 @@ function fold(children: TensorTreeNode[]): TensorTreeNode[] {
     i = j;
   }
   return out;
-}
-
-/**
- * The tree as text: one line per group or tensor, indented by depth, with a tensor's dtype and
- * shape, and the parameters and bytes of each line (a folded group's totals, `×N`; its lines
- * below describe one of its groups).
- */
-export function renderTensorTree(root: TensorTreeNode): string {
-  const rows: [string, string, string][] = [];
-  const walk = (node: TensorTreeNode, depth: number): void => {
-    const indent = "  ".repeat(depth);
-    const label =
-      node.dtype !== undefined && node.children.length === 0
-        ? `${indent}${node.name}  ${node.dtype} [${node.shape!.join(", ")}]`
-        : `${indent}${node.name}${node.repeat === undefined ? "" : `  ×${node.repeat}`}${node.children.length > 0 ? ` (${groupDigits(node.tensors)} tensors)` : ""}`;
-    rows.push([label, groupDigits(node.params), formatSize(node.bytes)]);
-    for (const child of node.children) walk(child, depth + 1);
-  };
-  for (const child of root.children) walk(child, 0);
-  const head: [string, string, string] = ["group", "params", "bytes"];
-  const widths = [0, 1, 2].map((i) => Math.max(head[i]!.length, ...rows.map((r) => r[i]!.length)));
-  const line = (r: readonly string[]) => `${r[0]!.padEnd(widths[0]!)}  ${r[1]!.padStart(widths[1]!)}  ${r[2]!.padStart(widths[2]!)}`;
-  return `${[line(head), ...rows.map(line)].join("\n")}\n`;
 }
