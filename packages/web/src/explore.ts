@@ -15,7 +15,7 @@ export function reportText(value: number | null): string {
 }
 
 /**
- * Draws `tree` into `container`: a `<details>` per group (the top level open), a button per tensor
+ * Draws `tree` into `container`: a `<details>` per group (the first two levels open), a button per tensor
  * carrying its full name in `data-name`; a folded group's tensors are those of its first repeat.
  */
 export function renderTree(container: HTMLElement, tree: TensorTreeNode, onPick: (name: string) => void): void {
@@ -33,7 +33,7 @@ export function renderTree(container: HTMLElement, tree: TensorTreeNode, onPick:
     if (node.children.length === 0) return tensorButton(node, full, figures, onPick);
     const details = document.createElement("details");
     details.className = "group";
-    details.open = depth === 0;
+    details.open = depth <= 1;
     details.dataset.group = full;
     const summary = document.createElement("summary");
     const label = document.createElement("span");
