@@ -367,7 +367,9 @@ async function compare(): Promise<void> {
     };
     const settings = pageSettings();
     const found = await diffFiles(files, other, settings, { atol: tolerance("atol"), rtol: tolerance("rtol") });
-    renderDiff(element("table#diff", HTMLTableElement), element("ul#diff-metadata", HTMLUListElement), element("p#diff-summary", HTMLElement), found);
+    const table = element("table#diff", HTMLTableElement);
+    renderDiff(table, element("ul#diff-metadata", HTMLUListElement), element("p#diff-summary", HTMLElement), found);
+    table.hidden = false;
     compareSection.dataset.state = "ready";
   } catch (error) {
     compareError.textContent = error instanceof Error && !("code" in error) ? error.message : describeError(error);
