@@ -71,12 +71,7 @@ describe("the --json report", () => {
     ["stats", ["stats", mixed], 0, { command: "stats", ok: true, input: { format: "safetensors" } }],
     ["stats, usage error", ["stats"], 2, { command: "stats", ok: false, error: { code: "Usage" } }],
     ["info, tree", ["info", mixed, "--tree"], 0, { command: "info", ok: true, tree: { tensors: 8, params: 373, bytes: 860 } }],
-    [
-      "convert, verified",
-      [mixed, join(dir, "verified.npz"), "--verify"],
-      0,
-      { command: "convert", ok: true, digest: expect.stringMatching(/^[0-9a-f]{64}$/) },
-    ],
+    ["convert, verified", [mixed, join(dir, "verified.npz"), "--verify"], 0, { command: "convert", ok: true, digest: expect.stringMatching(/^[0-9a-f]{64}$/) }],
     [
       "batch, with a manifest",
       [tree, "--out-dir", join(dir, "out4"), "--to", "npz", "--manifest", join(dir, "manifest.jsonl")],
