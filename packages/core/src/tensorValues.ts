@@ -16,8 +16,11 @@ import { type TensorEntry, exactChunks } from "./Tensor.js";
  */
 export const BLOCK_BYTES = 256 * 1024;
 
-/** Bytes of a block compared as bytes (exact diffs): core's chunk size, so that blocks are the reader's chunks, uncopied. */
-export const BYTE_BLOCK_BYTES = DEFAULT_CHUNK_SIZE;
+/**
+ * Bytes of a block compared as bytes (exact diffs), read as chunks of this size, so that blocks
+ * are the reader's chunks, uncopied: twice core's default, half the reads of a file.
+ */
+export const BYTE_BLOCK_BYTES = 2 * DEFAULT_CHUNK_SIZE;
 
 /** Bytes per element of the dtypes whose values are read as numbers; undefined for the packed F4/F6 and complex C64. */
 export function valueWidth(dtype: Dtype): number | undefined {
@@ -139,7 +142,8 @@ export class BlockReader {
   ) {
     this.#blockBytes = Math.max(8, Math.min(blockBytes, roundUp8(entry.byteLength)));
     // reuse: each chunk is copied out before the one after it is asked for.
-    this.#iterator = exactChunks(entry, { reuse: true })[Symbol.asyncIterator]();
+    // Chunks at least as large as a block, so that a block is a chunk of the reader's, uncopied.
+    this.#iterator = exactChunks(entry, { reuse: true, chunkSize: Math.max(DEFAULT_CHUNK_SIZE, this.#blockBytes) })[Symbol.asyncIterator]();
     this.#left = entry.byteLength;
   }
 
