@@ -124,3 +124,17 @@ describe("--manifest", () => {
     expect(lines.find((l) => l.status === "failed")).toMatchObject({ input: join(folder, "m999.safetensors"), digest: null });
   });
 });
+
+describe("--verify in a batch", () => {
+  it("reads every output back; each file of the report carries the digest hash gives", () => {
+    const folder = inputs(3);
+    const run = runCli([folder, "--out-dir", join(dir, "out"), "--to", "npz", "--verify", "--json"]);
+    expect(run.status, run.stderr).toBe(0);
+    const report = JSON.parse(run.stdout) as { files: { input: { file: string }; output: { file: string }; digest?: string }[] };
+    expect(report.files).toHaveLength(3);
+    for (const item of report.files) {
+      expect(item.digest).toBe(digestOf(item.input.file));
+      expect(digestOf(item.output.file)).toBe(item.digest);
+    }
+  });
+});
