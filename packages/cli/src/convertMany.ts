@@ -105,7 +105,6 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   if (outDirInfo !== undefined && !outDirInfo.isDirectory()) {
     throw new StConvertError("InvalidOption", `--out-dir ${options.outDir} exists and is not a folder`);
   }
-  const emit = options.onEvent ?? (() => {});
   const summary: BatchSummary = {
     dryRun: options.dryRun ?? false,
     converted: [],
@@ -118,7 +117,23 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   };
   if (options.manifest !== undefined) options = { ...options, digest: true };
   const manifest = options.manifest === undefined || options.dryRun === true ? undefined : await openManifest(options.manifest);
+  try {
+    return await runBatch(inputs, options, { to, formats, jobs, outDirInfo }, summary, manifest);
+  } finally {
+    await manifest?.close();
+  }
+}
 
+/** The batch itself, once checked; `manifest` records each input as it finishes. */
+async function runBatch(
+  inputs: readonly string[],
+  options: ConvertManyOptions,
+  checked: { to: TensorFormat; formats: readonly TensorFormat[]; jobs: number; outDirInfo: Stats | undefined },
+  summary: BatchSummary,
+  manifest: Manifest | undefined,
+): Promise<BatchSummary> {
+  const { to, formats, jobs, outDirInfo } = checked;
+  const emit = options.onEvent ?? (() => {});
   const plan = await planBatch(inputs, options.outDir, to, formats);
   const { planned, problems } = options.shard === undefined ? plan : shardOf(plan, options.shard);
   const { ignored } = plan;
@@ -220,7 +235,6 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
       if (outcome.whole !== undefined) summary.whole.set(job.output, outcome.whole);
     } else summary.failed.push({ ...job, code: outcome.code, message: outcome.message });
   }
-  await manifest?.close();
   // Stopped: a signal left jobs unattempted.
   summary.stopped = summary.converted.length + summary.skipped.length + summary.failed.length < planned.length + problems.length;
   return summary;
@@ -347,7 +361,12 @@ export function shardOf<P extends { planned: BatchJob[]; problems: BatchSummary[
 }
 
 /** The manifest file: one JSON line per input, appended as each finishes, so a killed run keeps what it did. */
-async function openManifest(path: string): Promise<{ record(job: BatchJob, outcome: JobOutcome): void; close(): Promise<void> }> {
+interface Manifest {
+  record(job: BatchJob, outcome: JobOutcome): void;
+  close(): Promise<void>;
+}
+
+async function openManifest(path: string): Promise<Manifest> {
   const { openSync, writeSync, closeSync } = await import("node:fs");
   let fd: number;
   try {
