@@ -2,11 +2,11 @@
  * `diff()` and `st-convert diff` on files built byte by byte here: exit statuses, the per-tensor
  * report, the tolerance rule's edge cases (NaN, infinities, −0), metadata, refusals.
  */
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { fixturePath, makeTempDir, runCli, safetensorsFile } from "@st-convert/testing";
-import { diff } from "st-convert";
+import { fixturePath, makeTempDir, runCli, safetensorsFile, servedBytes, startRangeServer } from "@st-convert/testing";
+import { diff, hash } from "st-convert";
 
 const { dir, cleanup } = makeTempDir();
 afterAll(cleanup);
@@ -94,4 +94,17 @@ describe("diff", () => {
     expect((await diff(f32, f64)).tensors[0]).toMatchObject({ status: "dtype", dtype: { a: "F32", b: "F64" }, differing: null });
     expect((await diff(f32, f64, { atol: 0 })).tensors[0]).toMatchObject({ status: "same", differing: 0 });
   });
+});
+
+it("reads URLs as any input: a served file hashes and compares like the local one", async () => {
+  const server = await startRangeServer();
+  try {
+    server.files.set("/a.safetensors", servedBytes(readFileSync(a)));
+    const url = server.url("/a.safetensors");
+    expect((await diff(url, a)).same).toBe(true);
+    expect((await diff(url, b)).same).toBe(false);
+    expect((await hash(url)).digest).toBe((await hash(a)).digest);
+  } finally {
+    await server.close();
+  }
 });
