@@ -108,3 +108,13 @@ it("reads URLs as any input: a served file hashes and compares like the local on
     await server.close();
   }
 });
+
+it("reads a sharded checkpoint through its index, and its merged copy compares the same", async () => {
+  const index = fixturePath("sharded", "hub", "model.safetensors.index.json");
+  const merged = join(dir, "merged.npz");
+  expect(runCli([index, merged]).status).toBe(0);
+  const found = await diff(index, merged);
+  expect(found.same).toBe(true);
+  expect(found.a.format).toBe("safetensors-index");
+  expect((await hash(index)).digest).toBe((await hash(merged)).digest);
+});
