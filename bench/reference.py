@@ -247,6 +247,14 @@ def run(pipeline: str, src: str, out: str) -> None:
         run_small(pipeline[len("small-") :], src, out)
     elif pipeline == "st2st":
         save_file(load_file(src), out)
+    elif pipeline == "nanstats":
+        # What `st-convert stats` computes, as a numpy user would: the nan-functions in float64.
+        stats = {}
+        for name, a in load_file(src).items():
+            stats[name] = [float(np.nanmin(a)), float(np.nanmax(a)), float(np.nanmean(a, dtype=np.float64)), float(np.nanstd(a, dtype=np.float64)),
+                           int(np.isnan(a).sum()), int(np.isposinf(a).sum()), int(np.isneginf(a).sum()), int((a == 0).sum())]
+        with open(out, "w") as f:
+            json.dump(stats, f)
     elif pipeline == "npy2st":
         save_file({"x": np.load(src)}, out)
     elif pipeline == "npz2st":

@@ -23,6 +23,7 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
   closeSync,
+  copyFileSync,
   existsSync,
   mkdirSync,
   openSync,
@@ -269,6 +270,38 @@ const cases = [
     big: false,
   },
   {
+    // What a user would run instead: sha256sum of the file (st-convert hashes each tensor's bytes).
+    name: "hash (each tensor's SHA-256 and the checkpoint digest)",
+    kind: "safetensors",
+    input: "model.safetensors",
+    command: "hash",
+    format: "safetensors",
+    baselines: ["tool:sha256sum"],
+    target: ["tool:sha256sum", 1.3],
+    big: false,
+  },
+  {
+    name: "diff of two equal files, exactly (both read once)",
+    kind: "safetensors",
+    input: "model.safetensors",
+    command: "diff",
+    format: "safetensors",
+    baselines: ["tool:cmp"],
+    target: ["tool:cmp", 1.5],
+    big: false,
+  },
+  {
+    name: "stats of one F32 tensor (min, max, mean, std, NaN/Inf/zero counts)",
+    kind: "safetensors",
+    count: 1,
+    input: "t.safetensors",
+    command: "stats",
+    format: "safetensors",
+    baselines: ["py:nanstats"],
+    target: ["py:nanstats", 0.5],
+    big: false,
+  },
+  {
     name: "info, 10,000 tensors (process start included)",
     kind: "many",
     count: 10_000,
@@ -332,6 +365,9 @@ const LABELS = {
   "py:cast-bf16": "load_file + .to(torch.bfloat16) + save_file (torch)",
   "py:merge": "load_file each shard + save_file",
   "py:reshard": "load_file each shard + save_torch_state_dict(max_shard_size=1GB)",
+  "tool:sha256sum": "sha256sum of the file",
+  "tool:cmp": "cmp of the two files",
+  "py:nanstats": "load_file + nanmin, nanmax, nanmean, nanstd (float64) and the counts",
 };
 
 function measure(command, args) {
@@ -347,6 +383,11 @@ function measureAfterSync(command, args) {
 }
 
 function variantCommand(variant, c, input, output) {
+  // hash, stats, diff (against a copy of the input, made beside it by runCase).
+  if (variant === "ours" && c.command !== undefined)
+    return [process.execPath, [cli, c.command, input, ...(c.command === "diff" ? [`${input}.copy`] : []), "--quiet"]];
+  if (variant === "tool:sha256sum") return ["sha256sum", [input]];
+  if (variant === "tool:cmp") return ["cmp", [input, `${input}.copy`]];
   if (variant === "ours")
     return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet", ...(c.args ?? [])]];
   // A sharded input is a folder: cp copies all of it.
@@ -401,7 +442,8 @@ function runCase(c) {
   const input = gen(c, c.bytes ?? size, dir);
   const output = join(dir, c.output ?? "unused");
   const inputBytes = bytesOf(c.kind === "st-sharded" ? dirname(input) : input);
-  const variants = ["ours", ...c.baselines.filter((b) => b === "cp" || python !== undefined)];
+  if (c.command === "diff") copyFileSync(input, `${input}.copy`);
+  const variants = ["ours", ...c.baselines.filter((b) => b === "cp" || b.startsWith("tool:") || python !== undefined)];
   // Beside cp: the share of st-convert's time that is Node's start-up, measured in the same runs.
   if (c.baselines.includes("cp")) variants.push("start");
   const results = Object.fromEntries(variants.map((v) => [v, []]));

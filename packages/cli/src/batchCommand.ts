@@ -23,6 +23,11 @@ file is taken only if it is tensor JSON (config.json is ignored), a sharded chec
 left out (its shards convert one by one). Every file is attempted; an existing output is skipped
 unless --force. The summary names every failure.
 ${section("Options", optionLines(OPTIONS))}${section("Global options", optionLines(GLOBAL_OPTIONS))}${section("Format options", formatOptionLines(formats, formatOptions))}${section("Formats", formatLines(formats))}
+For many machines: --shard K/N does part K of N (the inputs in sorted order, cut into N runs), so
+N runs (a Slurm array, a Kubernetes Indexed Job) do the batch once; --skip-existing skips outputs
+that read back whole, so a re-run after a crash finishes only what is missing; --manifest FILE
+appends one JSON line per input (input, output, status, tensors, bytes, digest).
+
 Exit status: 0 when every file converted or was skipped, 1 when any failed, 2 on a usage error.
 `,
   async run({ values, positionals }, context) {
@@ -50,6 +55,10 @@ Exit status: 0 when every file converted or was skipped, 1 when any failed, 2 on
       dryRun: report.dryRun,
       force: values.force === true,
       allowEmpty: values["allow-empty"] === true,
+      verify: values.verify === true,
+      shard: parseShard(stringValue(values, "shard")),
+      skipExisting: values["skip-existing"] === true,
+      manifest: stringValue(values, "manifest"),
       signal: context.io.signal,
       onWarning: undefined,
       onEvent: (event) => {
@@ -77,6 +86,16 @@ Exit status: 0 when every file converted or was skipped, 1 when any failed, 2 on
   },
 };
 
+/** `K/N`, with 1 ≤ K ≤ N. */
+function parseShard(text: string | undefined): { part: number; of: number } | undefined {
+  if (text === undefined) return undefined;
+  const match = /^(\d+)\/(\d+)$/.exec(text);
+  const part = Number(match?.[1]);
+  const of = Number(match?.[2]);
+  if (match === null || part < 1 || part > of) throw new UsageError(`--shard ${JSON.stringify(text)}: expected K/N with 1 <= K <= N (e.g. 3/8)`);
+  return { part, of };
+}
+
 function parseJobs(text: string | undefined): number {
   if (text === undefined) return DEFAULT_JOBS;
   const jobs = Number(text);
@@ -93,17 +112,20 @@ function fillBatchReport(report: BatchReport, summary: BatchSummary, to: string)
       status: summary.dryRun ? "planned" : "converted",
       tensors: job.tensors ?? null,
       bytes: job.bytes ?? null,
+      ...(job.digest === undefined ? {} : { digest: job.digest }),
       reason: null,
       error: null,
     });
   }
   for (const job of summary.skipped) {
+    const whole = summary.whole.get(job.output);
     items.push({
       input: { file: job.input, format: null },
       output: { file: job.output, format: to },
       status: "skipped",
-      tensors: null,
-      bytes: null,
+      tensors: whole?.tensors ?? null,
+      bytes: whole?.bytes ?? null,
+      ...(whole === undefined ? {} : { digest: whole.digest }),
       reason: job.reason,
       error: null,
     });

@@ -10,7 +10,7 @@ import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { StConvertError, isStConvertError } from "@st-convert/core";
 import type { ConvertResult } from "./convert.js";
-import type { BatchJob, ConvertManyOptions, JobHooks, JobOutcome } from "./convertMany.js";
+import type { BatchJob, ConvertManyOptions, JobHooks, JobOutcome, WholeOutput } from "./convertMany.js";
 import { FORMATS } from "./formats.js";
 import { isRemoteInput } from "./remoteInput.js";
 
@@ -57,6 +57,9 @@ export type WorkerOptions = Pick<
   | "cast"
   | "recordCast"
   | "dryRun"
+  | "verify"
+  | "digest"
+  | "skipExisting"
 >;
 
 /** What a worker says, in order: each job's start, progress and notices, its outcome; then `done`. */
@@ -70,7 +73,7 @@ export type WorkerMessage =
 /** A {@link JobOutcome} as it crosses threads: the error as its parts. */
 export type SentOutcome =
   | { type: "converted"; result: ConvertResult | undefined }
-  | { type: "skipped"; reason: string }
+  | { type: "skipped"; reason: string; whole?: WholeOutput }
   | { type: "failed"; code: string; message: string; error: SentError };
 
 type SentError = { coded: true; code: string; rule: string; file?: string; tensor?: string } | { coded: false; message: string };
@@ -142,6 +145,9 @@ function workerOptions(options: ConvertManyOptions): WorkerOptions {
     cast: options.cast,
     recordCast: options.recordCast,
     dryRun: options.dryRun,
+    verify: options.verify,
+    digest: options.digest,
+    skipExisting: options.skipExisting,
   };
 }
 

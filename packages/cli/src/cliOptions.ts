@@ -59,6 +59,10 @@ export const WRITE_OPTIONS: OptionTable = {
   force: { type: "boolean", short: "f", description: "replace existing outputs (otherwise they are never touched)" },
   metadata: { type: "string", multiple: true, valueName: "KEY=VALUE", description: "add or override a metadata entry (repeatable)" },
   "allow-empty": { type: "boolean", description: "write an output even when no tensor is left to write" },
+  verify: {
+    type: "boolean",
+    description: "read each output back and compare its tensors' SHA-256 with the input's; on a difference, exit 1 and remove the output",
+  },
 };
 
 /** Options of a single conversion. */
@@ -82,6 +86,16 @@ export const BATCH_OPTIONS: OptionTable = {
     description: `conversions at once (default ${DEFAULT_JOBS}); a batch of 128 files or more also runs them in worker threads, one per job and core`,
   },
   "dry-run": { type: "boolean", short: "n", description: "show what would be done, write nothing" },
+  shard: {
+    type: "string",
+    valueName: "K/N",
+    description: "do part K of N: the inputs sorted, cut into N parts; N runs with K = 1..N do the whole batch once",
+  },
+  "skip-existing": {
+    type: "boolean",
+    description: "skip outputs that exist and read back whole; convert again over one that does not (half-written)",
+  },
+  manifest: { type: "string", valueName: "FILE", description: "append one JSON line per input to FILE: input, output, status, tensors, bytes, digest" },
 };
 
 export type ParsedValues = Record<string, string | boolean | (string | boolean)[] | undefined>;

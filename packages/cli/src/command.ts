@@ -55,7 +55,7 @@ export interface CommandContext {
 
 /** One command of the command line. */
 export interface Command {
-  readonly name: "convert" | "info" | "batch" | "help";
+  readonly name: "convert" | "info" | "batch" | "hash" | "stats" | "diff" | "help";
   /** One line for the general help. */
   readonly summary: string;
   /** Its own options (the global ones and the formats' are added by `main`). */

@@ -23,6 +23,7 @@ import { type OpenedInput, type WarningListener, nameOf, openInput, resolveInput
 import type { RemoteInputOptions } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardPlan, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { plural } from "./text.js";
+import { checkpointDigest, digestingSource, removeOutput, verifyWritten } from "./verifyOutput.js";
 import type { TransformOptions } from "./transforms.js";
 
 export { type FileReport, type InspectOptions, type InspectedFile, type WarningListener, inspect, inspectEntries } from "./inspect.js";
@@ -64,6 +65,15 @@ export interface ConvertOptions extends TransformOptions {
   formats?: readonly TensorFormat[];
   /** How a URL input is opened: a whole download for a server without ranges (`allowDownload`), the traffic counted (`onFetched`). */
   remote?: RemoteInputOptions;
+  /**
+   * After writing, read the output back and compare each tensor's SHA-256 with the input's (taken
+   * while the input streamed to the writer); on any difference the output is removed and the
+   * conversion fails with `VerifyFailed`. Tensor bytes then pass through memory (no kernel copy).
+   * Needs a file output. Default false.
+   */
+  verify?: boolean;
+  /** Take each tensor's SHA-256 while converting, for the result's `digest` (implied by `verify`). Default false. */
+  digest?: boolean;
 }
 
 /** What {@link convert} did. */
@@ -79,6 +89,8 @@ export interface ConvertResult {
   warnings: { file: string; message: string }[];
   /** Every file written: the output alone, or a sharded checkpoint's shards and index. */
   files: string[];
+  /** The checkpoint digest of the tensors written (as `hash()` gives it), with `digest` or `verify`. */
+  digest?: string;
 }
 
 /**
@@ -131,7 +143,23 @@ export async function convertInto(
       );
       for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
       checkSomethingToWrite(tensors, options, warnings.length > 0);
-      const observed = observe(tensors.selected, options.signal, options.onProgress);
+      if (options.verify === true && typeof output !== "string") {
+        throw new StConvertError("InvalidOption", "--verify reads the output back; name a file as the output, not a stream");
+      }
+      const digesting = options.verify === true || options.digest === true ? digestingSource(tensors.selected) : undefined;
+      const observed = observe(digesting?.source ?? tensors.selected, options.signal, options.onProgress);
+      /** The digest of what was written, after the output was read back and compared when asked. */
+      const checked = async (files: readonly string[], written: string, format: TensorFormat | undefined): Promise<string | undefined> => {
+        if (digesting === undefined) return undefined;
+        try {
+          const digests = digesting.digests();
+          if (options.verify === true) await verifyWritten(written, format, digests, options);
+          return checkpointDigest(digests);
+        } catch (error) {
+          await removeOutput(files);
+          throw withContext(error, { file: written });
+        }
+      };
       const result = {
         input: inputName,
         output: outputName,
@@ -167,7 +195,8 @@ export async function convertInto(
             },
           });
           for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
-          return { ...result, output: written.output, files: written.files, bytes: observed.done() };
+          const digest = await checked(written.files, written.output, undefined);
+          return { ...result, output: written.output, files: written.files, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
         } catch (error) {
           throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
         }
@@ -204,10 +233,13 @@ export async function convertInto(
         await sink.abort();
         throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
       }
-      return {
-        ...result,
-        bytes: observed.done(),
-      };
+      const digest =
+        typeof output === "string"
+          ? await checked([output], output, outputFormat)
+          : digesting === undefined
+            ? undefined
+            : checkpointDigest(digesting.digests());
+      return { ...result, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
     },
     { ...options.remote, signal: options.signal },
   );

@@ -96,6 +96,7 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
         to: stringValue(values, "to"),
         force: values.force === true,
         allowEmpty: values["allow-empty"] === true,
+        verify: values.verify === true,
         maxShardSize: stringValue(values, "max-shard-size"),
         signal: context.io.signal,
         onProgress: (done, total) => context.progress?.update(input, done, total),
@@ -107,6 +108,7 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
       report.bytes = result.bytes;
       report.output.file = result.output;
       report.files = result.files;
+      if (result.digest !== undefined) report.digest = result.digest;
       report.ok = true;
       if (context.json) printReport(context);
       else if (!context.quiet) {
@@ -140,6 +142,7 @@ async function convertFolder(input: string, output: string, values: ParsedValues
     to,
     force: values.force === true,
     allowEmpty: values["allow-empty"] === true,
+    verify: values.verify === true,
     maxShardSize: stringValue(values, "max-shard-size"),
     copyOtherFiles: values["copy-other-files"] === true,
     signal: context.io.signal,

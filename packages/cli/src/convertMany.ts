@@ -6,7 +6,7 @@
 import type { Stats } from "node:fs";
 import { mkdir, readdir, stat } from "node:fs/promises";
 import { basename, dirname, join, normalize, resolve, sep } from "node:path";
-import { StConvertError, type TensorFormat, isStConvertError } from "@st-convert/core";
+import { StConvertError, type TensorFormat, compareCodePoints, isStConvertError } from "@st-convert/core";
 import { type ConvertOptions, type ConvertResult, convertInto } from "./convert.js";
 import { openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { batchThreads, runInWorkers } from "./batchWorkers.js";
@@ -31,6 +31,25 @@ export interface ConvertManyOptions extends Omit<ConvertOptions, "to" | "onProgr
   dryRun?: boolean;
   /** Receives what happens, as it happens. */
   onEvent?: (event: BatchEvent) => void;
+  /**
+   * Do only part `part` (1 to `of`) of the batch: the planned conversions, sorted by input in
+   * code-point order, split into `of` runs of consecutive jobs whose sizes differ by at most one.
+   * The `of` parts together are the whole batch, each job in exactly one (a Slurm array task or a
+   * Kubernetes Indexed Job pod per part).
+   */
+  shard?: { part: number; of: number };
+  /**
+   * An output that exists and reads back whole (every tensor's bytes, with the format's checks) is
+   * skipped, reported with its digest; one that does not (a half-written file of a killed run) is
+   * converted again over it. Without it an existing output is skipped unless `force`. Default false.
+   */
+  skipExisting?: boolean;
+  /**
+   * Append one JSON line per input to this file as each finishes: `{input, output, status,
+   * tensors, bytes, digest}` (`digest`: the checkpoint digest of the output's tensors, as `hash()`
+   * gives it; null for a failure). Implies `digest`.
+   */
+  manifest?: string;
 }
 
 /** One planned conversion. */
@@ -55,9 +74,11 @@ export type BatchEvent =
 export interface BatchSummary {
   dryRun: boolean;
   /** Conversions done (in a dry run: the ones that would be done). */
-  converted: (BatchJob & { inputFormat?: string; outputFormat?: string; tensors?: number; bytes?: number })[];
+  converted: (BatchJob & { inputFormat?: string; outputFormat?: string; tensors?: number; bytes?: number; digest?: string })[];
   skipped: (BatchJob & { reason: string })[];
   failed: (Partial<BatchJob> & { input: string; code: string; message: string })[];
+  /** The output of each job skipped because it already read back whole (`skipExisting`), by output path. */
+  whole: Map<string, WholeOutput>;
   /** Files found in folders whose extension is ambiguous (`.json`) and whose content is not a tensor file. */
   ignored: string[];
   /** True when a signal stopped the batch before every file was attempted. */
@@ -84,13 +105,45 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   if (outDirInfo !== undefined && !outDirInfo.isDirectory()) {
     throw new StConvertError("InvalidOption", `--out-dir ${options.outDir} exists and is not a folder`);
   }
-  const emit = options.onEvent ?? (() => {});
-  const summary: BatchSummary = { dryRun: options.dryRun ?? false, converted: [], skipped: [], failed: [], ignored: [], stopped: false, warnings: [] };
+  const summary: BatchSummary = {
+    dryRun: options.dryRun ?? false,
+    converted: [],
+    skipped: [],
+    failed: [],
+    whole: new Map(),
+    ignored: [],
+    stopped: false,
+    warnings: [],
+  };
+  if (options.manifest !== undefined) options = { ...options, digest: true };
+  const manifest = options.manifest === undefined || options.dryRun === true ? undefined : await openManifest(options.manifest);
+  try {
+    return await runBatch(inputs, options, { to, formats, jobs, outDirInfo }, summary, manifest);
+  } finally {
+    await manifest?.close();
+  }
+}
 
-  const { planned, problems, ignored } = await planBatch(inputs, options.outDir, to, formats);
+/** The batch itself, once checked; `manifest` records each input as it finishes. */
+async function runBatch(
+  inputs: readonly string[],
+  options: ConvertManyOptions,
+  checked: { to: TensorFormat; formats: readonly TensorFormat[]; jobs: number; outDirInfo: Stats | undefined },
+  summary: BatchSummary,
+  manifest: Manifest | undefined,
+): Promise<BatchSummary> {
+  const { to, formats, jobs, outDirInfo } = checked;
+  const emit = options.onEvent ?? (() => {});
+  const plan = await planBatch(inputs, options.outDir, to, formats);
+  const { planned, problems } = options.shard === undefined ? plan : shardOf(plan, options.shard);
+  const { ignored } = plan;
   summary.ignored.push(...ignored);
   for (const problem of problems) {
     summary.failed.push(problem);
+    manifest?.record(
+      { input: problem.input, output: problem.output ?? "" },
+      { type: "failed", code: problem.code, message: problem.message, error: undefined },
+    );
     emit({ type: "failed", job: { input: problem.input, output: problem.output ?? "" }, error: undefined, message: problem.message });
   }
   emit({ type: "planned", jobs: planned });
@@ -117,6 +170,7 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
   const settle = (index: number, outcome: JobOutcome): void => {
     const job = planned[index]!;
     outcomes[index] = outcome;
+    manifest?.record(job, outcome);
     if (outcome.type === "converted") {
       if (outcome.result !== undefined) emit({ type: "converted", job, result: outcome.result });
     } else if (outcome.type === "skipped") emit({ type: "skipped", job, reason: outcome.reason });
@@ -166,10 +220,20 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
       summary.converted.push(
         r === undefined
           ? { input: job.input, output: job.output }
-          : { input: job.input, output: job.output, inputFormat: r.inputFormat, outputFormat: r.outputFormat, tensors: r.tensors, bytes: r.bytes },
+          : {
+              input: job.input,
+              output: job.output,
+              inputFormat: r.inputFormat,
+              outputFormat: r.outputFormat,
+              tensors: r.tensors,
+              bytes: r.bytes,
+              ...(r.digest === undefined ? {} : { digest: r.digest }),
+            },
       );
-    } else if (outcome.type === "skipped") summary.skipped.push({ ...job, reason: outcome.reason });
-    else summary.failed.push({ ...job, code: outcome.code, message: outcome.message });
+    } else if (outcome.type === "skipped") {
+      summary.skipped.push({ ...job, reason: outcome.reason });
+      if (outcome.whole !== undefined) summary.whole.set(job.output, outcome.whole);
+    } else summary.failed.push({ ...job, code: outcome.code, message: outcome.message });
   }
   // Stopped: a signal left jobs unattempted.
   summary.stopped = summary.converted.length + summary.skipped.length + summary.failed.length < planned.length + problems.length;
@@ -192,7 +256,7 @@ export function eventLoopTurn(): Promise<void> {
 /** What one conversion of a batch came to. `result` is undefined in a dry run. */
 export type JobOutcome =
   | { type: "converted"; result: ConvertResult | undefined }
-  | { type: "skipped"; reason: string }
+  | { type: "skipped"; reason: string; whole?: WholeOutput }
   | { type: "failed"; code: string; message: string; error: unknown };
 
 /** Where a conversion reports its progress and notices as it runs. */
@@ -215,6 +279,13 @@ export async function attemptJob(
 ): Promise<JobOutcome> {
   const skipped = (reason = "the output exists (--force replaces it)"): JobOutcome => ({ type: "skipped", reason });
   if (options.dryRun === true) return options.force !== true && (await exists(job.output)) ? skipped() : { type: "converted", result: undefined };
+  let force = options.force;
+  if (options.skipExisting === true && force !== true && (await exists(job.output))) {
+    const whole = await readsBackWhole(job.output, options);
+    if (whole.ok) return { type: "skipped", reason: "already converted (the output reads back whole)", whole: whole.output };
+    hooks.warning(job.output, `converted again: the existing output does not read back whole (${whole.reason})`);
+    force = true;
+  }
   try {
     const folder = dirname(job.output);
     if (!folders.has(folder)) {
@@ -226,6 +297,7 @@ export async function attemptJob(
       job.output,
       {
         ...options,
+        force,
         to: options.to,
         onProgress: (done, total) => hooks.progress(done, total),
         removeStale: false,
@@ -246,6 +318,92 @@ export async function attemptJob(
 }
 
 export { describeError };
+
+/** An existing output that read back whole: its tensors, bytes and checkpoint digest. */
+export interface WholeOutput {
+  tensors: number;
+  bytes: number;
+  digest: string;
+}
+
+/** Whether `output` reads back whole, as the batch's output format with its options: every tensor's bytes hashed. */
+async function readsBackWhole(output: string, options: ConvertManyOptions): Promise<{ ok: true; output: WholeOutput } | { ok: false; reason: string }> {
+  try {
+    const { hash } = await import("./hash.js");
+    const found = await hash(output, { from: options.to, formats: options.formats, formatOptions: options.formatOptions });
+    return { ok: true, output: { tensors: found.tensors.length, bytes: found.bytes, digest: found.digest } };
+  } catch (error) {
+    return { ok: false, reason: describeError(error) };
+  }
+}
+
+/**
+ * Part `part` of `of` of a plan: its jobs and planning failures together, sorted by input in code
+ * point order, cut into `of` runs of consecutive entries (sizes differing by at most one).
+ * @throws StConvertError `InvalidOption` unless 1 ≤ part ≤ of.
+ */
+export function shardOf<P extends { planned: BatchJob[]; problems: BatchSummary["failed"] }>(plan: P, shard: { part: number; of: number }): P {
+  const { part, of } = shard;
+  if (!Number.isInteger(part) || !Number.isInteger(of) || of < 1 || part < 1 || part > of) {
+    throw new StConvertError("InvalidOption", `--shard ${part}/${of}: expected K/N with 1 <= K <= N`);
+  }
+  const all = [...plan.planned.map((job) => ({ job, problem: undefined })), ...plan.problems.map((problem) => ({ job: undefined, problem }))];
+  const inputOf = (e: (typeof all)[number]) => e.job?.input ?? e.problem!.input;
+  all.sort((a, b) => compareCodePoints(inputOf(a), inputOf(b)) || compareCodePoints(a.job?.output ?? "", b.job?.output ?? ""));
+  const from = Math.floor(((part - 1) * all.length) / of);
+  const to = Math.floor((part * all.length) / of);
+  const mine = all.slice(from, to);
+  return {
+    ...plan,
+    planned: mine.flatMap((e) => (e.job === undefined ? [] : [e.job])),
+    problems: mine.flatMap((e) => (e.problem === undefined ? [] : [e.problem])),
+  };
+}
+
+/** The manifest file: one JSON line per input, appended as each finishes, so a killed run keeps what it did. */
+interface Manifest {
+  record(job: BatchJob, outcome: JobOutcome): void;
+  close(): Promise<void>;
+}
+
+async function openManifest(path: string): Promise<Manifest> {
+  const { openSync, writeSync, closeSync } = await import("node:fs");
+  let fd: number;
+  try {
+    fd = openSync(path, "a");
+  } catch (error) {
+    throw new StConvertError("Io", `cannot open the manifest ${path}: ${(error as Error).message}`, { file: path, cause: error });
+  }
+  return {
+    record(job, outcome) {
+      const line =
+        outcome.type === "converted"
+          ? {
+              input: job.input,
+              output: job.output,
+              status: "converted",
+              tensors: outcome.result?.tensors ?? null,
+              bytes: outcome.result?.bytes ?? null,
+              digest: outcome.result?.digest ?? null,
+            }
+          : outcome.type === "skipped"
+            ? {
+                input: job.input,
+                output: job.output,
+                status: "skipped",
+                tensors: outcome.whole?.tensors ?? null,
+                bytes: outcome.whole?.bytes ?? null,
+                digest: outcome.whole?.digest ?? null,
+              }
+            : { input: job.input, output: job.output || null, status: "failed", tensors: null, bytes: null, digest: null, error: outcome.message };
+      // One write per line, in append mode: lines of parts run at once into one file never interleave.
+      writeSync(fd, `${JSON.stringify(line)}\n`);
+    },
+    async close() {
+      closeSync(fd);
+    },
+  };
+}
 
 /** The file name a URL input's output is named after: its path's last segment, decoded. */
 function remoteFileName(input: string): string {

@@ -16,7 +16,7 @@ export const helpCommand: Command = {
   takesFormatOptions: false,
   help: generalHelp,
   async run({ positionals }, context) {
-    if (positionals.length > 1) throw new UsageError("help takes at most one command: st-convert help [convert|info|batch]");
+    if (positionals.length > 1) throw new UsageError("help takes at most one command: st-convert help [convert|batch|info|hash|stats|diff]");
     const topic = positionals[0];
     if (topic === undefined) {
       context.io.stdout(generalHelp(context.formats, context.formatOptions));
@@ -39,6 +39,8 @@ Usage:
   st-convert <inputs or folders...> --out-dir DIR --to FORMAT [--jobs N] [--dry-run]
                                                         convert many; folders are searched recursively
   st-convert info <file> [--json]                       list a file's tensors and metadata
+  st-convert hash|stats <file> [--json]                 digests / statistics of each tensor
+  st-convert diff <a> <b> [--atol X] [--rtol Y]         whether two checkpoints hold the same tensors
   st-convert help <command>                             the options of a command
   - as a file is stdin or stdout. A sharded checkpoint is read through its index:
   st-convert model.safetensors.index.json model.npz

@@ -24,17 +24,25 @@ export {
   describeError,
   planBatch,
 } from "./convertMany.js";
+export { type DiffOptions, type DiffResult, type TensorDiff, diff } from "./diff.js";
+export { type HashOptions, type HashResult, type TensorDigest, checkpointDigest, hash, tensorSha256 } from "./hash.js";
 export type { RemoteInputOptions } from "./remoteInput.js";
+export { type StatsOptions, type StatsResult, type TensorStats, stats } from "./stats.js";
 export { FORMATS, detectInputFormat, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
 export { type CliIo, EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main } from "./main.js";
 export { type ProgressLine, createProgressLine, formatSize, renderProgress } from "./progress.js";
 export {
   type BatchReport,
   type ConvertReport,
+  type DiffItem,
+  type DiffReport,
+  type HashReport,
   type InfoReport,
   REPORT_VERSION,
   type Report,
   type ReportError,
+  type ReportNumber,
+  type StatsReport,
 } from "./report.js";
 export {
   type CompiledTransforms,

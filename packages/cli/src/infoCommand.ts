@@ -1,20 +1,26 @@
 /** `st-convert info <file>`: a file's format, metadata and tensors, from its header. */
-import { GLOBAL_OPTIONS, SELECTION_OPTIONS, UsageError } from "./cliOptions.js";
+import { GLOBAL_OPTIONS, type OptionTable, SELECTION_OPTIONS, UsageError } from "./cliOptions.js";
 import { type Command, EXIT_OK, printReport } from "./command.js";
 import { type InspectedFile, inspectEntries } from "./inspect.js";
 import { formatOptionLines, optionLines, section } from "./helpText.js";
 import { formatSize } from "./progress.js";
-import { fillInfoReport } from "./report.js";
+import { fillInfoReport, infoTotals } from "./report.js";
+import { type TensorTreeNode, tensorTree } from "@st-convert/core";
+import { renderTensorTree } from "./renderTensorTree.js";
 import { commonConvertOptions } from "./sharedOptions.js";
 import { STDIN_NAME } from "./stdio.js";
 import { groupDigits, parameterCount, plural } from "./text.js";
 
-const OPTIONS = {
+const OPTIONS: OptionTable = {
   from: SELECTION_OPTIONS.from!,
   filter: SELECTION_OPTIONS.filter!,
   exclude: SELECTION_OPTIONS.exclude!,
   cast: SELECTION_OPTIONS.cast!,
   "allow-download": SELECTION_OPTIONS["allow-download"]!,
+  tree: {
+    type: "boolean",
+    description: "group names by their dotted prefixes, with parameters and bytes per group; repeated layers folded (layers.{0..31})",
+  },
 };
 
 export const infoCommand: Command = {
@@ -33,6 +39,8 @@ With --json, one line on stdout: {"version", "command": "info", "ok", "input": {
 "bytes"}, "globals", "warnings", "error"?} (report.schema.json in the package describes every command's report).
 "globals" lists the symbols a checkpoint's pickle names outside torch's weights-only allow-list
 (none is ever run; one that runs code or reaches the system refuses the file: DangerousGlobal).
+With --tree, also "tree": {"name", "tensors", "params", "bytes", "repeat"?, "dtype"?, "shape"?,
+"children"}, a folded group's children describing one of its repeats.
 ${section("Options", optionLines(OPTIONS))}${section("Global options", optionLines(GLOBAL_OPTIONS))}${section(
   "Format options",
   formatOptionLines(formats, formatOptions).filter((l) => !l.includes("when writing")),
@@ -51,12 +59,14 @@ Exit status: 0 on success, 1 when the file is refused, 2 on a usage error.
       const found = await inspectEntries(stdin ?? file, { formatOptions, from, formats, onWarning, filter, exclude, cast, recordCast: false, remote });
       report.ok = true;
       // The report is filled only when it is printed: a copy of every entry costs ~10 ms at 50,000.
+      const tree = values.tree === true ? tensorTree(found.tensors) : undefined;
       if (context.json) {
         fillInfoReport(report, report.input.file, found);
+        if (tree !== undefined) report.tree = tree;
         printReport(context);
       } else {
         report.input.format = found.format;
-        context.io.stdout(infoTable(report.input.file, found));
+        context.io.stdout(tree === undefined ? infoTable(report.input.file, found) : infoTree(report.input.file, found, tree));
       }
       return EXIT_OK;
     } finally {
@@ -64,6 +74,20 @@ Exit status: 0 on success, 1 when the file is refused, 2 on a usage error.
     }
   },
 };
+
+/** The tree listing: the file, its metadata, the groups, the totals. */
+function infoTree(file: string, found: InspectedFile, tree: TensorTreeNode): string {
+  const totals = infoTotals(found);
+  return `${file}: ${found.format}\nmetadata: ${metadataText(found)}\n\n${renderTensorTree(tree)}\n${plural(totals.tensors, "tensor")}, ${plural(totals.parameters, "parameter")}, ${formatSize(totals.bytes)} (${plural(totals.bytes, "byte")})\n`;
+}
+
+function metadataText(found: InspectedFile): string {
+  return found.metadata === null
+    ? "none"
+    : Object.entries(found.metadata)
+        .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+        .join(", ") || "{}";
+}
 
 async function openStdin(context: Parameters<Command["run"]>[1]) {
   if (context.io.openStdin === undefined) throw new UsageError("- as the input (stdin) is not available here");
@@ -112,12 +136,7 @@ function infoTable(file: string, found: InspectedFile): string {
   const [nameWidth, dtypeWidth, shapeWidth, sizeWidth] = widths as [number, number, number, number];
   const rest = (dtype: string, shapeCell: string, sizeCell: string): string =>
     `  ${dtype.padEnd(dtypeWidth)}  ${shapeCell.padEnd(shapeWidth)}  ${sizeCell.padStart(sizeWidth)}`;
-  const metadata =
-    found.metadata === null
-      ? "none"
-      : Object.entries(found.metadata)
-          .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
-          .join(", ") || "{}";
+  const metadata = metadataText(found);
   // The text as parts joined once: a row is its name, its padding and what follows the name,
   // with no string made per row (50,000 rows made 100,000 strings for the collector to copy).
   const parts: string[] = new Array(3 * count + 5);

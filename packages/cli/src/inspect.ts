@@ -70,6 +70,15 @@ export async function inspect(input: string | ByteSource, options: InspectOption
  * the collector copied them again).
  */
 export async function inspectEntries(input: string | ByteSource, options: InspectOptions = {}): Promise<InspectedFile> {
+  return readInput(input, options, async (found) => found);
+}
+
+/**
+ * Opens `input` as {@link inspect} does and hands its tensors, after the selection and the
+ * transforms, to `use`, while the file is open: their bytes can be pulled until `use` settles.
+ * The input is closed when `use` is done, on every path; errors name the file.
+ */
+export async function readInput<T>(input: string | ByteSource, options: InspectOptions, use: (found: InspectedFile) => Promise<T>): Promise<T> {
   const formats = options.formats ?? FORMATS;
   const inputName = nameOf(input, "<input>");
   return withSource(
@@ -77,7 +86,7 @@ export async function inspectEntries(input: string | ByteSource, options: Inspec
     async (source, openSibling) => {
       const onWarning = options.onWarning === undefined ? undefined : (message: string) => options.onWarning?.(message, inputName);
       const { format, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, onWarning);
-      return { format: format.name, metadata: tensors.selected.metadata, tensors: tensors.selected.tensors, globals: tensors.globals };
+      return use({ format: format.name, metadata: tensors.selected.metadata, tensors: tensors.selected.tensors, globals: tensors.globals });
     },
     options.remote,
   );

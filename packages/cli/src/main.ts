@@ -21,14 +21,17 @@ import { type CliIo, type Command, type CommandContext, EXIT_OK, reportFailure }
 import { convertCommand } from "./convertCommand.js";
 import { FORMATS } from "./formats.js";
 import { generalHelp, helpCommand, helpTopics, version } from "./helpCommand.js";
+import { diffCommand } from "./diffCommand.js";
+import { hashCommand } from "./hashCommand.js";
 import { infoCommand } from "./infoCommand.js";
+import { statsCommand } from "./statsCommand.js";
 import { createProgressLine } from "./progress.js";
 import { emptyReport } from "./report.js";
 
 export { type CliIo, EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE } from "./command.js";
 
 /** The commands, in the order the help lists them. */
-const COMMANDS: readonly Command[] = [convertCommand, batchCommand, infoCommand, helpCommand];
+const COMMANDS: readonly Command[] = [convertCommand, batchCommand, infoCommand, hashCommand, statsCommand, diffCommand, helpCommand];
 helpTopics.push(...COMMANDS);
 
 /** Every option name any command knows: format options may not reuse one. */

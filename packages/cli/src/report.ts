@@ -6,10 +6,17 @@
  */
 import { isStConvertError } from "@st-convert/core";
 import type { InspectedFile } from "./inspect.js";
+import type { TensorTreeNode } from "@st-convert/core";
 import { parameterCount } from "./text.js";
 
 /** Version of the report's shape (`"version"` in every report). */
 export const REPORT_VERSION = 1 as const;
+
+/** A number for the report: NaN and the infinities spelled as strings (JSON has none). */
+export function reportNumber(value: number): ReportNumber {
+  if (Number.isFinite(value)) return value;
+  return Number.isNaN(value) ? "NaN" : value > 0 ? "Infinity" : "-Infinity";
+}
 
 /** A non-fatal notice, with the file it concerns. */
 export interface Warning {
@@ -49,6 +56,8 @@ export interface ConvertReport extends ReportBase {
   files: string[];
   tensors: number;
   bytes: number;
+  /** With `--verify`: the checkpoint digest of the tensors written and read back (as `hash` gives it). */
+  digest?: string;
 }
 
 /** `st-convert info FILE --json`. */
@@ -60,6 +69,8 @@ export interface InfoReport extends ReportBase {
   totals: { tensors: number; parameters: number; bytes: number };
   /** Symbols the file's pickle names outside its reader's allow-list, none of them run (`[]` for formats that cannot name code). */
   globals?: string[];
+  /** With `--tree`: the names grouped by their dotted prefixes, repeated groups folded. */
+  tree?: TensorTreeNode;
 }
 
 /** One file of a batch. */
@@ -71,6 +82,8 @@ export interface BatchItem {
   bytes: number | null;
   reason: string | null;
   error: ReportError | null;
+  /** The checkpoint digest of the output's tensors, when taken (`--verify`, `--manifest`, an output `--skip-existing` read back). */
+  digest?: string;
 }
 
 /** `st-convert INPUTS... --out-dir DIR --to FORMAT --json`. */
@@ -84,8 +97,73 @@ export interface BatchReport extends ReportBase {
   totals: { converted: number; planned: number; skipped: number; failed: number; tensors: number; bytes: number };
 }
 
+/** `st-convert hash FILE --json`. */
+export interface HashReport extends ReportBase {
+  command: "hash";
+  input: FileRef | null;
+  /** The checkpoint's digest; null until every tensor was hashed. */
+  digest: string | null;
+  /** Sorted by name (code-point order). */
+  tensors: { name: string; dtype: string; shape: number[]; sha256: string }[];
+  totals: { tensors: number; bytes: number };
+}
+
+/** A statistic that may be NaN or infinite: JSON has no such numbers, so they are spelled as JavaScript does. */
+export type ReportNumber = number | "NaN" | "Infinity" | "-Infinity";
+
+/** `st-convert stats FILE --json`. */
+export interface StatsReport extends ReportBase {
+  command: "stats";
+  input: FileRef | null;
+  /** In the file's order. min/max/mean/std are null when the tensor has no non-NaN value or no numeric dtype. */
+  tensors: {
+    name: string;
+    dtype: string;
+    shape: number[];
+    min: ReportNumber | null;
+    max: ReportNumber | null;
+    mean: ReportNumber | null;
+    std: ReportNumber | null;
+    nan: number;
+    posinf: number;
+    neginf: number;
+    zeros: number;
+  }[];
+}
+
+/** One tensor of a diff. */
+export interface DiffItem {
+  name: string;
+  /** `same`; `onlyInA`/`onlyInB`; `dtype`/`shape` when they differ (values then not compared, unless tolerances allow other dtypes); `values` when elements differ. */
+  status: "same" | "onlyInA" | "onlyInB" | "dtype" | "shape" | "values";
+  dtype: { a: string | null; b: string | null };
+  shape: { a: number[] | null; b: number[] | null };
+  /** Elements that differ (0 when equal; null when not compared). */
+  differing: number | null;
+  /** Largest |a − b| and |a − b| / |b| over the differing elements (null when none, or not comparable). */
+  maxAbsDiff: ReportNumber | null;
+  maxRelDiff: ReportNumber | null;
+  /** Index (one number per dim) of the first differing element, in C order. */
+  firstIndex: number[] | null;
+}
+
+/** `st-convert diff A B --json`. */
+export interface DiffReport extends ReportBase {
+  command: "diff";
+  a: FileRef | null;
+  b: FileRef | null;
+  /** True when A and B are the same (by the rule asked for); null until both were compared. */
+  same: boolean | null;
+  /** The tolerances asked for; null for an exact comparison. */
+  tolerance: { atol: number; rtol: number } | null;
+  /** Sorted by name (code-point order); every name of either side. */
+  tensors: DiffItem[];
+  metadata: { onlyInA: string[]; onlyInB: string[]; differ: string[] };
+  totals: { same: number; differ: number; onlyInA: number; onlyInB: number };
+}
+
 /** Any command's report; a usage error reports as the command it was meant for. */
-export type Report = ConvertReport | InfoReport | BatchReport;
+export type Report = ConvertReport | InfoReport | BatchReport | HashReport | StatsReport | DiffReport;
 
 /** The report's `error` for anything thrown. */
 export function reportError(error: unknown, code = "Internal"): ReportError {
@@ -106,6 +184,22 @@ function blankReport(command: Report["command"]): Report {
       return { ...base, command, input: null, output: null, files: [], tensors: 0, bytes: 0 };
     case "info":
       return { ...base, command, input: null, metadata: null, tensors: [], totals: { tensors: 0, parameters: 0, bytes: 0 } };
+    case "hash":
+      return { ...base, command, input: null, digest: null, tensors: [], totals: { tensors: 0, bytes: 0 } };
+    case "stats":
+      return { ...base, command, input: null, tensors: [] };
+    case "diff":
+      return {
+        ...base,
+        command,
+        a: null,
+        b: null,
+        same: null,
+        tolerance: null,
+        tensors: [],
+        metadata: { onlyInA: [], onlyInB: [], differ: [] },
+        totals: { same: 0, differ: 0, onlyInA: 0, onlyInB: 0 },
+      };
     case "batch":
       return {
         ...base,

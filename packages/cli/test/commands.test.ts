@@ -33,16 +33,21 @@ describe("commands and their help", () => {
   it("st-convert help, help info, info --help and convert --help each print their own text", () => {
     const general = runCli(["help"]);
     expect(general.status).toBe(0);
-    expect(general.stdout).toMatch(/Commands:\n {2}convert .*\n {2}batch .*\n {2}info .*\n {2}help /);
+    expect(general.stdout).toMatch(/Commands:\n {2}convert .*\n {2}batch .*\n {2}info .*\n {2}hash .*\n {2}stats .*\n {2}diff .*\n {2}help /);
     expect(runCli(["--help"]).stdout).toBe(general.stdout);
     const info = runCli(["help", "info"]);
     expect(info.stdout).toMatch(/^Usage: st-convert info <file>/);
     expect(runCli(["info", "--help"]).stdout).toBe(info.stdout);
     expect(runCli(["convert", "--help"]).stdout).toMatch(/^Usage: st-convert \[convert\] <input> <output>/);
     expect(runCli(["help", "batch"]).stdout).toMatch(/^Usage: st-convert \[batch\] <inputs or folders\.\.\.> --out-dir DIR/);
+    for (const command of ["hash", "stats", "diff"]) {
+      const help = runCli(["help", command]);
+      expect(help.stdout).toMatch(new RegExp(`^Usage: st-convert ${command} <`));
+      expect(runCli([command, "--help"]).stdout).toBe(help.stdout);
+    }
     expect(runCli(["help", "bogus"])).toMatchObject({
       status: 2,
-      stderr: expect.stringMatching(/no command "bogus"; the commands are convert, batch, info, help/),
+      stderr: expect.stringMatching(/no command "bogus"; the commands are convert, batch, info, hash, stats, diff, help/),
     });
   });
 

@@ -66,6 +66,21 @@ describe("the --json report", () => {
       { command: "batch", ok: true, dryRun: true, totals: { planned: 2 } },
     ],
     ["batch, usage error", [tree, "--out-dir", join(dir, "out3")], 2, { command: "batch", ok: false, error: { code: "Usage" } }],
+    ["hash", ["hash", mixed], 0, { command: "hash", ok: true, input: { format: "safetensors" }, totals: { tensors: 8 } }],
+    ["hash, refused", ["hash", broken], 1, { command: "hash", ok: false, digest: null, error: { code: "TensorInvalidInfo" } }],
+    ["stats", ["stats", mixed], 0, { command: "stats", ok: true, input: { format: "safetensors" } }],
+    ["stats, usage error", ["stats"], 2, { command: "stats", ok: false, error: { code: "Usage" } }],
+    ["info, tree", ["info", mixed, "--tree"], 0, { command: "info", ok: true, tree: { tensors: 8, params: 373, bytes: 860 } }],
+    ["convert, verified", [mixed, join(dir, "verified.npz"), "--verify"], 0, { command: "convert", ok: true, digest: expect.stringMatching(/^[0-9a-f]{64}$/) }],
+    [
+      "batch, with a manifest",
+      [tree, "--out-dir", join(dir, "out4"), "--to", "npz", "--manifest", join(dir, "manifest.jsonl")],
+      1,
+      { command: "batch", ok: false, files: expect.arrayContaining([expect.objectContaining({ status: "converted", digest: expect.any(String) })]) },
+    ],
+    ["diff, same", ["diff", mixed, mixed], 0, { command: "diff", ok: true, same: true, totals: { same: 8 } }],
+    ["diff, different", ["diff", mixed, broken], 1, { command: "diff", ok: false, same: null, error: { code: "TensorInvalidInfo" } }],
+    ["diff, tolerances", ["diff", mixed, mixed, "--atol", "0.1"], 0, { command: "diff", ok: true, tolerance: { atol: 0.1, rtol: 0 } }],
   ] as const)("%s: one valid line on stdout", (_name, args, status, expected) => {
     const run = runCli([...args, "--json"]);
     expect(run.status, run.stderr).toBe(status);

@@ -62,7 +62,9 @@ export type CommonErrorCode =
   /** A server that does not serve the byte ranges asked (answers 200 with the whole file, or another range). */
   | "RangeNotSupported"
   /** A file changed while it was being read (another ETag, Last-Modified or size between two requests). */
-  | "SourceChanged";
+  | "SourceChanged"
+  /** An output read back after writing does not hold the tensors written (`--verify`). */
+  | "VerifyFailed";
 
 export type CoreErrorCode = SafetensorsErrorCode | CommonErrorCode;
 

@@ -117,6 +117,17 @@ export {
   isIntegerCastDtype,
 } from "./castKernels.js";
 export { castTensor } from "./castTensor.js";
+export {
+  BLOCK_BYTES,
+  BYTE_BLOCK_BYTES,
+  BlockReader,
+  type ValueDecoder,
+  valueDecoder,
+  valueWidth,
+} from "./tensorValues.js";
+export { type Histogram, type HistogramOptions, type TensorStats, tensorHistogram, tensorStats } from "./tensorStats.js";
+export { type TensorTreeNode, tensorTree } from "./tensorTree.js";
+export { type DiffTensorsOptions, type TensorDiff, type TensorsDiff, diffTensors } from "./diffTensors.js";
 export { type CastRule, castTarget, castTensors, formatCastRules, parseCastRule } from "./parseCastRule.js";
 export {
   HTTP_READ_AHEAD,

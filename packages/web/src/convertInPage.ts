@@ -18,8 +18,15 @@ import {
   castTarget,
   castTensors,
   createMetadata,
+  type DiffTensorsOptions,
   type Dtype,
+  type Histogram,
+  type TensorStats,
+  type TensorsDiff,
+  diffTensors,
   elementCount,
+  tensorHistogram,
+  tensorStats,
   formatCastRules,
   parseCastRule,
   readAheadSource,
@@ -268,6 +275,64 @@ export async function convertFiles(
     },
     () => sink.abort(),
   );
+}
+
+/** One tensor's statistics and the histogram of its finite values, as the page shows them. */
+export interface TensorLook {
+  stats: TensorStats;
+  histogram: Histogram | undefined;
+}
+
+/**
+ * The statistics (as `st-convert stats --json` gives them) and a histogram of the tensor `name` of
+ * the picked file, read with the page's format options.
+ * @throws StConvertError naming the file and the tensor; `TensorNotFound` when the file has no such tensor.
+ */
+export async function lookAtTensor(files: readonly NamedBlob[], name: string, settings: PageSettings = {}, bins = 64): Promise<TensorLook> {
+  const compiled = compileSettings({ formatOptions: settings.formatOptions });
+  return withInput(files, async (source, file) => {
+    const { tensors } = await openInput(source, file, files, compiled, undefined);
+    const entry = tensors.tensors.find((t) => t.name === name);
+    if (entry === undefined) throw new StConvertError("TensorNotFound", `no tensor ${JSON.stringify(name)} in the file`, { file });
+    const stats = await tensorStats(entry);
+    const histogram = stats.min === null ? undefined : await tensorHistogram(entry, { bins });
+    return { stats, histogram };
+  });
+}
+
+/** What {@link diffFiles} found: core's comparison, with each side's file and format. */
+export interface PageDiff extends TensorsDiff {
+  a: { file: string; format: string };
+  b: { file: string; format: string };
+}
+
+/**
+ * Compares the picked file (A) with another (B) as `st-convert diff A B` does: exactly, or with
+ * `atol`/`rtol` as `torch.testing.assert_close`; the form's filter and exclude apply to both.
+ * @throws StConvertError naming the file that cannot be read.
+ */
+export async function diffFiles(
+  a: readonly NamedBlob[],
+  b: readonly NamedBlob[],
+  settings: PageSettings = {},
+  options: DiffTensorsOptions = {},
+): Promise<PageDiff> {
+  const compiled = compileSettings({ filter: settings.filter, exclude: settings.exclude, formatOptions: settings.formatOptions });
+  const selected = async (files: readonly NamedBlob[], source: ByteSource, file: string) => {
+    const opened = await openInput(source, file, files, compiled, undefined);
+    return {
+      format: opened.format.name,
+      tensors: { metadata: opened.tensors.metadata, tensors: opened.tensors.tensors.filter((t) => opened.include(t.name)) },
+    };
+  };
+  return withInput(a, async (sourceA, fileA) => {
+    const left = await selected(a, sourceA, fileA);
+    return withInput(b, async (sourceB, fileB) => {
+      const right = await selected(b, sourceB, fileB);
+      const found = await diffTensors(left.tensors, right.tensors, options);
+      return { a: { file: fileA, format: left.format }, b: { file: fileB, format: right.format }, ...found };
+    });
+  });
 }
 
 /**

@@ -1,11 +1,24 @@
 /**
  * The converter page: wires the form to {@link inspectFiles} and {@link convertFiles}. Stable hooks
- * for automated use: the file input is `input[type=file]`, the target format `select[name=to]`,
+ * for automated use: the file input is `input[name=file]`, the target format `select[name=to]`,
  * the convert button `button[type=submit]`, and the result a download (an `<a download>` clicked
  * for the user, or a file written through the File System Access API).
  */
 import type { ByteSink, FormatOptionValues, TensorFormat } from "@st-convert/core";
-import { type FileInfo, type NamedBlob, type PageSettings, compileSettings, convertFiles, inspectFiles, mainFile, plannedBytes } from "./convertInPage.js";
+import { tensorTree } from "@st-convert/core";
+import {
+  type FileInfo,
+  type NamedBlob,
+  type PageSettings,
+  compileSettings,
+  convertFiles,
+  diffFiles,
+  inspectFiles,
+  lookAtTensor,
+  mainFile,
+  plannedBytes,
+} from "./convertInPage.js";
+import { drawHistogram, renderDiff, renderStats, renderTree } from "./explore.js";
 import { FORMATS, OUTPUT_FORMATS, formatByName, outputFileName } from "./formats.js";
 import { BlobSink, writableSink } from "./sinks.js";
 import "./style.css";
@@ -26,7 +39,7 @@ type SaveFilePicker = (options: { suggestedName?: string }) => Promise<{
 }>;
 
 const form = element("form#convert", HTMLFormElement);
-const fileInput = element("input[type=file]", HTMLInputElement);
+const fileInput = element("input[name=file]", HTMLInputElement);
 const toSelect = element("select[name=to]", HTMLSelectElement);
 const saveSelect = element("select[name=save]", HTMLSelectElement);
 const submit = element("button[type=submit]", HTMLButtonElement);
@@ -302,8 +315,74 @@ function formatOptionValues(): FormatOptionValues {
   return values;
 }
 
+const lookSection = element("section#tensor-look", HTMLElement);
+const compareSection = element("section#compare", HTMLElement);
+const compareInput = element("input[name=compare]", HTMLInputElement);
+const compareError = element("p#compare-error", HTMLElement);
+/** Counts looks at tensors, so that a slow one finishing after a newer click is dropped. */
+let look = 0;
+
+element("button#compare-run", HTMLButtonElement).addEventListener("click", () => void compare());
+compareInput.addEventListener("change", () => void compare());
+
+/**
+ * Shows a tensor's statistics and histogram; `section#tensor-look` has `data-state` `reading`,
+ * `ready` or `failed` and `data-name` the tensor's name.
+ */
+async function lookAt(name: string): Promise<void> {
+  const turn = ++look;
+  lookSection.hidden = false;
+  lookSection.dataset.name = name;
+  lookSection.dataset.state = "reading";
+  element("#look-title", HTMLElement).textContent = name;
+  const lookError = element("p#look-error", HTMLElement);
+  lookError.hidden = true;
+  try {
+    const found = await lookAtTensor(files, name, { formatOptions: formatOptionValues() });
+    if (turn !== look) return;
+    renderStats(element("table#look-stats", HTMLTableElement), found.stats);
+    drawHistogram(element("canvas#histogram", HTMLCanvasElement), found.histogram);
+    lookSection.dataset.state = "ready";
+  } catch (error) {
+    if (turn !== look) return;
+    lookError.textContent = describeError(error);
+    lookError.hidden = false;
+    lookSection.dataset.state = "failed";
+  }
+}
+
+/** Compares the picked file with the other one; `section#compare` has `data-state` `comparing`, `ready` or `failed`. */
+async function compare(): Promise<void> {
+  const other = [...(compareInput.files ?? [])];
+  compareError.hidden = true;
+  if (files.length === 0 || other.length === 0) return;
+  compareSection.dataset.state = "comparing";
+  try {
+    const tolerance = (field: string) => {
+      const text = (document.querySelector<HTMLInputElement>(`input[name=${field}]`)?.value ?? "").trim();
+      if (text === "") return undefined;
+      const value = Number(text);
+      if (!Number.isFinite(value) || value < 0) throw new Error(`${field} ${JSON.stringify(text)}: expected a number of at least 0`);
+      return value;
+    };
+    const settings = pageSettings();
+    const found = await diffFiles(files, other, settings, { atol: tolerance("atol"), rtol: tolerance("rtol") });
+    const table = element("table#diff", HTMLTableElement);
+    renderDiff(table, element("ul#diff-metadata", HTMLUListElement), element("p#diff-summary", HTMLElement), found);
+    table.hidden = false;
+    compareSection.dataset.state = "ready";
+  } catch (error) {
+    compareError.textContent = error instanceof Error && !("code" in error) ? error.message : describeError(error);
+    compareError.hidden = false;
+    compareSection.dataset.state = "failed";
+  }
+}
+
 /** Draws what the file holds, as `st-convert info` prints it. */
 function renderInfo(found: FileInfo): void {
+  renderTree(element("div#tree", HTMLElement), tensorTree(found.tensors), (name) => void lookAt(name));
+  lookSection.hidden = true;
+  compareSection.hidden = false;
   element("#info-title", HTMLElement).textContent = `${found.file}: ${found.format}`;
   const metadataTable = element("table#metadata", HTMLTableElement);
   const metadataLine = element("p#metadata-line", HTMLElement);

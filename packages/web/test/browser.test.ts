@@ -171,9 +171,9 @@ describeBrowser("the converter page in Chromium", () => {
   /** Picks `fixture` in the file input and waits until the page has listed it (or failed to). */
   async function pick(on: Page, fixture: string): Promise<"ready" | "failed"> {
     // Emptied first: a browser fires no change event when the same file is picked again.
-    await on.setInputFiles("input[type=file]", []);
+    await on.setInputFiles("input[name=file]", []);
     await on.waitForSelector("form[data-state=idle]", { state: "attached" });
-    await on.setInputFiles("input[type=file]", isAbsolute(fixture) ? fixture : fixturePath(fixture));
+    await on.setInputFiles("input[name=file]", isAbsolute(fixture) ? fixture : fixturePath(fixture));
     await on.waitForSelector("form[data-state=ready], form[data-state=failed]", { state: "attached" });
     return (await on.getAttribute("form", "data-state")) as "ready" | "failed";
   }
@@ -261,7 +261,7 @@ describeBrowser("the converter page in Chromium", () => {
   });
 
   it("lists a dropped file as a picked one", async () => {
-    await page.setInputFiles("input[type=file]", []);
+    await page.setInputFiles("input[name=file]", []);
     const bytes = [...readFileSync(fixturePath("npy/sample_model.npz"))];
     await page.evaluate((data) => {
       const transfer = new DataTransfer();
