@@ -4,7 +4,7 @@
  * that exit 2, and the messages' counts.
  */
 import { spawnSync } from "node:child_process";
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, closeSync, copyFileSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { convert, convertMany, inspect, main, renderProgress } from "st-convert";
@@ -308,25 +308,42 @@ describe("the progress line", () => {
   });
 });
 
-it("the README's examples run twice in a row", () => {
+it("the README's examples run twice in a row, exactly as written, through the root package.json's script", () => {
   const readme = readFileSync(fixturePath("..", "README.md"), "utf8");
   const block = /Examples, from this repository[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme)?.[1];
   expect(block).toBeDefined();
-  const commands = block!
-    .trim()
-    .split("\n")
-    .map((line) => line.replace(/^pnpm st-convert /, "").split(" "));
+  const lines = block!.trim().split("\n");
+  expect(lines.every((line) => line.startsWith("pnpm st-convert "))).toBe(true);
+  // A clone after the README's set-up, seen from its root: the root package.json (whose script
+  // `pnpm st-convert` runs) with the built packages and the fixtures beside it; out/ is this test's.
   const root = fixturePath("..");
-  mkdirSync(join(dir, "out"), { recursive: true });
+  copyFileSync(join(root, "package.json"), join(dir, "package.json"));
+  for (const name of ["packages", "fixtures", "scripts", "node_modules"]) symlinkSync(join(root, name), join(dir, name));
+  // The quick start's last step, which also makes out/.
+  const sample = spawnSync("pnpm", ["sample"], { cwd: dir, encoding: "utf8" });
+  expect(sample.status, `${sample.stdout}${sample.stderr}`).toBe(0);
+  expect(sample.stdout).toMatch(/\$ st-convert info out\/sample\.safetensors\n/);
   for (let round = 0; round < 2; round++) {
-    for (const args of commands) {
-      const run = runCli(
-        args.map((a) => (a.startsWith("out/") ? join(dir, a) : a.startsWith("fixtures/") ? join(root, a) : a)),
-        { cwd: dir },
-      );
-      expect(run.status, `round ${round + 1}: ${args.join(" ")}\n${run.stderr}`).toBe(0);
+    for (const line of lines) {
+      const run = spawnSync("bash", ["-c", line], { cwd: dir, encoding: "utf8", env: { ...process.env, NO_COLOR: "1" } });
+      expect(run.status, `round ${round + 1}: ${line}\n${run.stdout}${run.stderr}`).toBe(0);
     }
   }
+});
+
+it("every built file a README or a doc names by its path exists after the build", () => {
+  const root = fixturePath("..");
+  const docs = [
+    "README.md",
+    ...readdirSync(join(root, "docs"))
+      .filter((n) => n.endsWith(".md"))
+      .map((n) => join("docs", n)),
+  ];
+  for (const pkg of readdirSync(join(root, "packages")))
+    if (existsSync(join(root, "packages", pkg, "README.md"))) docs.push(join("packages", pkg, "README.md"));
+  const named = docs.flatMap((doc) => [...readFileSync(join(root, doc), "utf8").matchAll(/packages\/[\w-]+\/dist\/[\w.-]+\.c?js\b/g)].map((m) => [doc, m[0]]));
+  expect(named.length).toBeGreaterThan(0);
+  for (const [doc, path] of named) expect(existsSync(join(root, path!)), `${doc} names ${path}`).toBe(true);
 });
 
 describe("the selection applies before the reader judges a tensor", () => {
