@@ -6,8 +6,8 @@
  * (config.json, tokenizer files) are copied when asked. Everything is written into a staging
  * folder inside the output folder and moved into place only when all of it succeeded.
  */
-import { copyFile, mkdir, readFile, readdir, rm, stat } from "node:fs/promises";
-import { basename, join } from "node:path";
+import { copyFile, mkdir, readFile, readdir, rm, rmdir, stat } from "node:fs/promises";
+import { basename, dirname, join, resolve } from "node:path";
 import { MAX_INDEX_SIZE, StConvertError, type TensorEntry, type TensorFormat, isStConvertError, parseShardIndex } from "@st-convert/core";
 import { openFileSource, replaceFile } from "@st-convert/core/node";
 import { type ConvertOptions, convert, convertInto } from "./convert.js";
@@ -57,7 +57,7 @@ const SHARD_SUFFIX = /-(\d{5})-of-(\d{5})$/;
  * Converts every checkpoint of `inputDir` into `outputDir` (created if needed) as `options.to`.
  * @throws StConvertError `InvalidOption` when `inputDir` is not a folder or holds no checkpoint,
  *   `OutputExists` when an output is there and `force` is off, and the first conversion's error
- *   (nothing is then left in `outputDir`).
+ *   (nothing is then left in `outputDir`, and the folders this call created are removed again).
  */
 export async function convertModel(inputDir: string, outputDir: string, options: ConvertModelOptions): Promise<ModelResult> {
   const formats = options.formats ?? FORMATS;
@@ -101,7 +101,9 @@ export async function convertModel(inputDir: string, outputDir: string, options:
     }
   }
 
-  await mkdir(outputDir, { recursive: true });
+  // The first folder this call creates (none when outputDir was there): removed again on failure.
+  const created = await mkdir(outputDir, { recursive: true });
+  let succeeded = false;
   await mkdir(staging);
   try {
     for (const step of plan) result.checkpoints.push(await step.run(staging));
@@ -117,8 +119,10 @@ export async function convertModel(inputDir: string, outputDir: string, options:
     }
     // With --force, a file there is swapped into staging (removed with it), not renamed over: see replaceFile.
     for (const name of written) replaceFile(join(staging, name), join(outputDir, name));
+    succeeded = true;
   } finally {
     await rm(staging, { recursive: true, force: true });
+    if (!succeeded && created !== undefined) await removeCreatedFolders(outputDir, created);
   }
   result.copied = copies.map((f) => join(outputDir, f));
   for (const checkpoint of result.checkpoints) {
@@ -126,6 +130,22 @@ export async function convertModel(inputDir: string, outputDir: string, options:
     checkpoint.files = checkpoint.files.map((f) => join(outputDir, f));
   }
   return result;
+}
+
+/**
+ * Removes the folders `mkdir(outputDir, { recursive: true })` made, from `outputDir` up to `created`,
+ * each only while it is empty (a folder is never taken away with anything in it).
+ */
+async function removeCreatedFolders(outputDir: string, created: string): Promise<void> {
+  const last = resolve(created);
+  for (let dir = resolve(outputDir); ; dir = dirname(dir)) {
+    try {
+      await rmdir(dir);
+    } catch {
+      return;
+    }
+    if (dir === last || dirname(dir) === dir) return;
+  }
 }
 
 interface IndexCheckpoint {

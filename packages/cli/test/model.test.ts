@@ -84,6 +84,24 @@ describe("a model folder", () => {
     expect(readFileSync(join(out, "model-00002-of-00003.safetensors"), "utf8")).toBe("keep");
   });
 
+  it("a failed conversion removes the output folders it created, and never a folder that was there", () => {
+    const model = modelFolder();
+    writeFileSync(join(model, "extra.safetensors"), safetensorsFile('{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}', 4));
+    const failed = runCli([model, join(dir, "new", "deeper", "out"), "--to", "safetensors"]);
+    expect(failed.status).toBe(1);
+    expect(failed.stderr).toMatch(/extra\.safetensors: tensor "w"/);
+    expect(readdirSync(dir)).toEqual(["model"]);
+    // An empty folder given as the output was there before: it stays.
+    mkdirSync(join(dir, "empty-out"));
+    expect(runCli([model, join(dir, "empty-out"), "--to", "safetensors"]).status).toBe(1);
+    expect(readdirSync(dir).sort()).toEqual(["empty-out", "model"]);
+    expect(readdirSync(join(dir, "empty-out"))).toEqual([]);
+    // Created under a folder that was there: only the new part goes.
+    mkdirSync(join(dir, "parent"));
+    expect(runCli([model, join(dir, "parent", "a", "b"), "--to", "safetensors"]).status).toBe(1);
+    expect(readdirSync(join(dir, "parent"))).toEqual([]);
+  });
+
   it("needs --to, and names what it could not find", () => {
     expect(runCli([modelFolder(), join(dir, "o")])).toMatchObject({ status: 2, stderr: expect.stringMatching(/--to FORMAT/) });
     mkdirSync(join(dir, "empty"));
