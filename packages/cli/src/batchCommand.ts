@@ -69,7 +69,7 @@ Exit status: 0 when every file converted or was skipped, 1 when any failed, 2 on
           let bytes = bytesBefore;
           for (const value of current.values()) bytes += value;
           context.progress?.update(`${done}/${planned} files`, bytes, undefined);
-        } else if (event.type === "converted" || event.type === "failed" || event.type === "skipped") {
+        } else if (event.type === "converted" || event.type === "failed" || event.type === "skipped" || event.type === "interrupted") {
           if (event.type === "converted") bytesBefore += event.result.bytes;
           current.delete(event.job.input);
           done++;
@@ -141,6 +141,17 @@ function fillBatchReport(report: BatchReport, summary: BatchSummary, to: string)
       error: { code: job.code, message: job.message.replace(/ \[\w+\]$/, ""), file: job.input, tensor: null },
     });
   }
+  for (const job of summary.interrupted) {
+    items.push({
+      input: { file: job.input, format: null },
+      output: { file: job.output, format: to },
+      status: "interrupted",
+      tensors: null,
+      bytes: null,
+      reason: "stopped by a signal before it finished; the output was not written",
+      error: null,
+    });
+  }
   report.files = items;
   report.ignored = [...summary.ignored];
   report.stopped = summary.stopped;
@@ -149,12 +160,15 @@ function fillBatchReport(report: BatchReport, summary: BatchSummary, to: string)
     planned: summary.dryRun ? summary.converted.length : 0,
     skipped: summary.skipped.length,
     failed: summary.failed.length,
+    interrupted: summary.interrupted.length,
     tensors: summary.converted.reduce((n, job) => n + (job.tensors ?? 0), 0),
     bytes: summary.converted.reduce((n, job) => n + (job.bytes ?? 0), 0),
   };
   report.ok = summary.failed.length === 0 && !summary.stopped;
-  if (summary.stopped) report.error = reportError(new Error("stopped before every file was attempted"), "Aborted");
-  else if (summary.failed.length > 0) {
+  if (summary.stopped) {
+    const message = `stopped by a signal: ${plural(summary.interrupted.length, "file")} interrupted, ${stoppedText(summary)}`;
+    report.error = reportError(new Error(message), "Aborted");
+  } else if (summary.failed.length > 0) {
     const attempted = summary.converted.length + summary.skipped.length + summary.failed.length;
     report.error = { code: "BatchFailed", message: `${summary.failed.length} of ${plural(attempted, "file")} failed (see files)`, file: null, tensor: null };
   }
@@ -167,13 +181,19 @@ function batchText(summary: BatchSummary, quiet: boolean): string {
     for (const job of summary.skipped) lines.push(`  skipped: ${job.input} -> ${job.output}: ${job.reason}`);
   }
   for (const job of summary.failed) lines.push(`  failed: ${job.message}`);
-  const total = summary.converted.length + summary.skipped.length + summary.failed.length;
+  for (const job of summary.interrupted) lines.push(`  interrupted: ${job.input} -> ${job.output}: the output was not written`);
+  const total = summary.converted.length + summary.skipped.length + summary.failed.length + summary.interrupted.length + summary.notStarted;
   if (!quiet && summary.ignored.length > 0) {
     lines.push(`  ignored ${plural(summary.ignored.length, "file")} whose content is not a tensor file (e.g. ${summary.ignored[0]})`);
   }
   const verb = summary.dryRun ? "would convert" : "converted";
   lines.push(
-    `st-convert: ${verb} ${summary.converted.length}, skipped ${summary.skipped.length}, failed ${summary.failed.length} (of ${plural(total, "file")})${summary.stopped ? "; stopped before the end" : ""}`,
+    `st-convert: ${verb} ${summary.converted.length}, skipped ${summary.skipped.length}, failed ${summary.failed.length}${summary.interrupted.length > 0 ? `, interrupted ${summary.interrupted.length}` : ""} (of ${plural(total, "file")})${summary.stopped ? `; stopped by a signal, ${stoppedText(summary)}` : ""}`,
   );
   return `${lines.join("\n")}\n`;
+}
+
+/** How many files of a stopped batch were never started. */
+function stoppedText(summary: BatchSummary): string {
+  return `${summary.notStarted} not started`;
 }

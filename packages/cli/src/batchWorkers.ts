@@ -74,6 +74,7 @@ export type WorkerMessage =
 export type SentOutcome =
   | { type: "converted"; result: ConvertResult | undefined }
   | { type: "skipped"; reason: string; whole?: WholeOutput }
+  | { type: "interrupted"; message: string }
   | { type: "failed"; code: string; message: string; error: SentError };
 
 type SentError = { coded: true; code: string; rule: string; file?: string; tensor?: string } | { coded: false; message: string };

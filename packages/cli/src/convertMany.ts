@@ -68,7 +68,9 @@ export type BatchEvent =
   /** A non-fatal notice during the job, naming its file (the input, the output or a shard). */
   | { type: "warning"; job: BatchJob; file: string; message: string }
   | { type: "skipped"; job: BatchJob; reason: string }
-  | { type: "failed"; job: BatchJob; error: unknown; message: string };
+  | { type: "failed"; job: BatchJob; error: unknown; message: string }
+  /** The job was under way when `signal` stopped the batch: nothing was written for it. */
+  | { type: "interrupted"; job: BatchJob; message: string };
 
 /** The outcome of a batch. `failed` is empty when everything attempted succeeded or was skipped. */
 export interface BatchSummary {
@@ -79,10 +81,14 @@ export interface BatchSummary {
   failed: (Partial<BatchJob> & { input: string; code: string; message: string })[];
   /** The output of each job skipped because it already read back whole (`skipExisting`), by output path. */
   whole: Map<string, WholeOutput>;
+  /** Conversions under way when `signal` stopped the batch (not failures: nothing was wrong with them); nothing was written for them. */
+  interrupted: (BatchJob & { message: string })[];
   /** Files found in folders whose extension is ambiguous (`.json`) and whose content is not a tensor file. */
   ignored: string[];
-  /** True when a signal stopped the batch before every file was attempted. */
+  /** True when a signal stopped the batch before every file was done (some interrupted, or never started). */
   stopped: boolean;
+  /** Planned conversions a signal stopped before they started. */
+  notStarted: number;
   /** The notices of every job, each naming its file. */
   warnings: { file: string; message: string }[];
 }
@@ -111,8 +117,10 @@ export async function convertMany(inputs: readonly string[], options: ConvertMan
     skipped: [],
     failed: [],
     whole: new Map(),
+    interrupted: [],
     ignored: [],
     stopped: false,
+    notStarted: 0,
     warnings: [],
   };
   if (options.manifest !== undefined) options = { ...options, digest: true };
@@ -174,6 +182,7 @@ async function runBatch(
     if (outcome.type === "converted") {
       if (outcome.result !== undefined) emit({ type: "converted", job, result: outcome.result });
     } else if (outcome.type === "skipped") emit({ type: "skipped", job, reason: outcome.reason });
+    else if (outcome.type === "interrupted") emit({ type: "interrupted", job, message: outcome.message });
     else emit({ type: "failed", job, error: outcome.error, message: outcome.message });
   };
   // A folder the batch makes holds nothing but what the batch writes (each output planned once):
@@ -233,10 +242,12 @@ async function runBatch(
     } else if (outcome.type === "skipped") {
       summary.skipped.push({ ...job, reason: outcome.reason });
       if (outcome.whole !== undefined) summary.whole.set(job.output, outcome.whole);
-    } else summary.failed.push({ ...job, code: outcome.code, message: outcome.message });
+    } else if (outcome.type === "interrupted") summary.interrupted.push({ ...job, message: outcome.message });
+    else summary.failed.push({ ...job, code: outcome.code, message: outcome.message });
   }
-  // Stopped: a signal left jobs unattempted.
-  summary.stopped = summary.converted.length + summary.skipped.length + summary.failed.length < planned.length + problems.length;
+  // Stopped: a signal interrupted jobs or left them unattempted.
+  summary.notStarted = outcomes.reduce((n, outcome) => n - (outcome === undefined ? 0 : 1), planned.length);
+  summary.stopped = summary.interrupted.length > 0 || summary.notStarted > 0;
   return summary;
 }
 
@@ -257,6 +268,7 @@ export function eventLoopTurn(): Promise<void> {
 export type JobOutcome =
   | { type: "converted"; result: ConvertResult | undefined }
   | { type: "skipped"; reason: string; whole?: WholeOutput }
+  | { type: "interrupted"; message: string }
   | { type: "failed"; code: string; message: string; error: unknown };
 
 /** Where a conversion reports its progress and notices as it runs. */
@@ -308,6 +320,8 @@ export async function attemptJob(
     return { type: "converted", result };
   } catch (error) {
     if (isStConvertError(error) && error.code === "OutputExists") return skipped();
+    // Stopped by the batch's signal (Ctrl-C): the file is not at fault.
+    if (options.signal?.aborted === true) return { type: "interrupted", message: `${job.output}: interrupted; the output was not written` };
     // A selection that keeps nothing of one file of a folder is not a failure of the batch: that
     // file has nothing the user asked for (a single conversion refuses instead).
     if (isStConvertError(error) && error.code === "NothingToWrite" && options.allowEmpty !== true) {

@@ -10,7 +10,7 @@ import type { TensorTreeNode } from "@st-convert/core";
 import { parameterCount } from "./text.js";
 
 /** Version of the report's shape (`"version"` in every report). */
-export const REPORT_VERSION = 1 as const;
+export const REPORT_VERSION = 2 as const;
 
 /** A number for the report: NaN and the infinities spelled as strings (JSON has none). */
 export function reportNumber(value: number): ReportNumber {
@@ -77,7 +77,7 @@ export interface InfoReport extends ReportBase {
 export interface BatchItem {
   input: FileRef;
   output: FileRef | null;
-  status: "converted" | "planned" | "skipped" | "failed";
+  status: "converted" | "planned" | "skipped" | "failed" | "interrupted";
   tensors: number | null;
   bytes: number | null;
   reason: string | null;
@@ -94,7 +94,7 @@ export interface BatchReport extends ReportBase {
   files: BatchItem[];
   ignored: string[];
   stopped: boolean;
-  totals: { converted: number; planned: number; skipped: number; failed: number; tensors: number; bytes: number };
+  totals: { converted: number; planned: number; skipped: number; failed: number; interrupted: number; tensors: number; bytes: number };
 }
 
 /** `st-convert hash FILE --json`. */
@@ -209,7 +209,7 @@ function blankReport(command: Report["command"]): Report {
         files: [],
         ignored: [],
         stopped: false,
-        totals: { converted: 0, planned: 0, skipped: 0, failed: 0, tensors: 0, bytes: 0 },
+        totals: { converted: 0, planned: 0, skipped: 0, failed: 0, interrupted: 0, tensors: 0, bytes: 0 },
       };
   }
 }

@@ -81,6 +81,53 @@ describe("interrupting a conversion", () => {
     expect(readdirSync(join(dir, "out"))).toHaveLength(summary.converted.length);
   });
 
+  it.each([
+    ["human", [] as string[]],
+    ["--json", ["--json"]],
+  ])("Ctrl-C during a batch (%s) reports the file under way as interrupted, not failed, and the rest as not started", async (_how, extra) => {
+    const root = join(dir, "in");
+    mkdirSync(root);
+    sparseSafetensors(join(root, "a.safetensors"), 2 * 1024 * 1024 * 1024);
+    sparseSafetensors(join(root, "b.safetensors"), 2 * 1024 * 1024 * 1024);
+    const out = join(dir, "out");
+    const child = spawn(process.execPath, [CLI_PATH, root, "--out-dir", out, "--to", "npz", "--jobs", "1", ...extra], { stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    // Under way once the first file's temporary output is there; the test's own timeout catches a hang.
+    const started = () => {
+      try {
+        return readdirSync(out).some((f) => f.endsWith(".tmp"));
+      } catch {
+        return false;
+      }
+    };
+    while (!started()) await new Promise((r) => setTimeout(r, 5));
+    child.kill("SIGINT");
+    expect(await exited).toBe(130);
+    expect(readdirSync(out)).toEqual([]);
+    expect(stderr).not.toMatch(/failed: /);
+    if (extra.length === 0) {
+      expect(stderr).toMatch(new RegExp(`  interrupted: ${join(root, "a.safetensors")} -> ${join(out, "a.npz")}: the output was not written\n`));
+      expect(stderr).toMatch(/converted 0, skipped 0, failed 0, interrupted 1 \(of 2 files\); stopped by a signal, 1 not started\n$/);
+      return;
+    }
+    const report = JSON.parse(stdout) as {
+      version: number;
+      ok: boolean;
+      stopped: boolean;
+      files: { status: string; input: { file: string } }[];
+      totals: Record<string, number>;
+      error: { code: string; message: string };
+    };
+    expect(report).toMatchObject({ version: 2, ok: false, stopped: true, error: { code: "Aborted" } });
+    expect(report.files.map((f) => [f.input.file, f.status])).toEqual([[join(root, "a.safetensors"), "interrupted"]]);
+    expect(report.totals).toMatchObject({ failed: 0, interrupted: 1, converted: 0 });
+    expect(report.error.message).toBe("stopped by a signal: 1 file interrupted, 1 not started");
+  });
+
   it("Ctrl-C stops a batch of small files on two threads (status 130), and every output left is whole", async () => {
     const root = join(dir, "in");
     mkdirSync(root);
