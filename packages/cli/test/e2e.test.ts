@@ -124,6 +124,32 @@ describe("installed from the packed tarballs", () => {
     }
   });
 
+  it("every published package loads with require() from CommonJS and with import, every entry of its exports", () => {
+    const names = ["st-convert", "@st-convert/core", "@st-convert/flax", "@st-convert/json", "@st-convert/native", "@st-convert/npy", "@st-convert/torch"];
+    const specifiers = names.flatMap((name) => {
+      const manifest = JSON.parse(readFileSync(join(app, "node_modules", name, "package.json"), "utf8")) as { exports: Record<string, unknown> };
+      return Object.keys(manifest.exports).map((key) => (key === "." ? name : `${name}/${key.slice(2)}`));
+    });
+    expect(specifiers).toContain("@st-convert/core/node");
+    // Each line: the specifier and what it gave (a module's export count, a JSON file's keys).
+    const describe = "(s, m) => `${s} ${Object.keys(m).length > 0}`";
+    writeFileSync(join(app, "load.cjs"), `const d = ${describe};\nfor (const s of ${JSON.stringify(specifiers)}) console.log(d(s, require(s)));\n`);
+    writeFileSync(
+      join(app, "load.mjs"),
+      `const d = ${describe};\nfor (const s of ${JSON.stringify(specifiers)}) console.log(d(s, s.endsWith(".json") ? (await import(s, { with: { type: "json" } })).default : await import(s)));\n`,
+    );
+    const expected = specifiers.map((s) => `${s} true`).join("\n");
+    for (const script of ["load.cjs", "load.mjs"]) {
+      const run = sh(process.execPath, [script], app);
+      expect(run.stderr, script).toBe("");
+      expect(run.status, script).toBe(0);
+      expect(run.stdout.trim(), script).toBe(expected);
+    }
+    // The CommonJS API converts, as the ESM one does.
+    writeFileSync(join(app, "api.cjs"), `require("st-convert").inspect("in.safetensors").then((r) => console.log(r.tensors.length));\n`);
+    expect(sh(process.execPath, ["api.cjs"], app)).toMatchObject({ status: 0, stdout: "8\n", stderr: "" });
+  });
+
   it("the library API imports from the installed package", () => {
     writeFileSync(
       join(app, "api.mjs"),
