@@ -132,7 +132,7 @@ describe("installed from the packed tarballs", () => {
     });
     expect(specifiers).toContain("@st-convert/core/node");
     // Each line: the specifier and what it gave (a module's export count, a JSON file's keys).
-    const describe = "(s, m) => `${s} ${Object.keys(m).length > 0}`";
+    const describe = '(s, m) => s + " " + (Object.keys(m).length > 0)';
     writeFileSync(join(app, "load.cjs"), `const d = ${describe};\nfor (const s of ${JSON.stringify(specifiers)}) console.log(d(s, require(s)));\n`);
     writeFileSync(
       join(app, "load.mjs"),
