@@ -146,7 +146,8 @@ describe("installed from the packed tarballs", () => {
       expect(run.stdout.trim(), script).toBe(expected);
     }
     // The CommonJS API converts, as the ESM one does.
-    writeFileSync(join(app, "api.cjs"), `require("st-convert").inspect("in.safetensors").then((r) => console.log(r.tensors.length));\n`);
+    copyFileSync(fixturePath("safetensors", "mixed.safetensors"), join(app, "cjs.safetensors"));
+    writeFileSync(join(app, "api.cjs"), `require("st-convert").inspect("cjs.safetensors").then((r) => console.log(r.tensors.length));\n`);
     expect(sh(process.execPath, ["api.cjs"], app)).toMatchObject({ status: 0, stdout: "8\n", stderr: "" });
   });
 
