@@ -64,9 +64,11 @@ export async function main(argv: readonly string[], io: CliIo, formats: readonly
     const parsed = parseCommandLine(args, table, command.takesFormatOptions ? formatOptions : [], command.name);
     debug = parsed.values.debug === true;
     if (parsed.values.version === true) {
-      // With --debug, whether the native helpers (kernel copies, CRC-32, cast and JSON loops) are in use.
-      const native = nativeIo() !== undefined ? "loaded" : `not loaded: ${nativeAbsence}`;
-      io.stdout(debug ? `${version()}\nnative helpers: ${native}\n` : `${version()}\n`);
+      // In one word, whether the native helpers (kernel copies, CRC-32, cast and JSON loops) are in
+      // use; with --debug, why not.
+      const loaded = nativeIo() !== undefined;
+      const line = `st-convert ${version()} (${loaded ? "native" : "javascript"})\n`;
+      io.stdout(debug ? `${line}native helpers: ${loaded ? "loaded" : `not loaded: ${nativeAbsence}`}\n` : line);
       return EXIT_OK;
     }
     if (parsed.values.help === true) {

@@ -57,7 +57,7 @@ describe("the bundled executable, installed", () => {
     cpSync(join(nativeDir, "dist"), join(native, "dist"), { recursive: true });
     const version = run(cli, ["--version", "--debug"]);
     expect(version.status).toBe(0);
-    expect(version.stdout).toMatch(/^\d+\.\d+\.\d+\nnative helpers: loaded\n$/);
+    expect(version.stdout).toMatch(/^st-convert \d+\.\d+\.\d+ \(native\)\nnative helpers: loaded\n$/);
     const out = join(dir, "flat.safetensors");
     const converted = run(cli, [input, out, "--quiet"]);
     expect(converted.stderr).toBe("");
@@ -70,7 +70,7 @@ describe("the bundled executable, installed", () => {
     const cli = installCli(root);
     const version = run(cli, ["--version", "--debug"]);
     expect(version.status).toBe(0);
-    expect(version.stdout).toMatch(/\nnative helpers: not loaded: .+\n$/);
+    expect(version.stdout).toMatch(/^st-convert \d+\.\d+\.\d+ \(javascript\)\nnative helpers: not loaded: .+\n$/);
     const out = join(dir, "alone.safetensors");
     const converted = run(cli, [input, out, "--quiet"]);
     expect(converted.stderr).toBe("");

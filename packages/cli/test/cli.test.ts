@@ -23,9 +23,11 @@ describe("st-convert basics", () => {
     expect(run.stdout).toMatch(/safetensors\s+\.safetensors/);
   });
 
-  it("--version prints the package version", () => {
+  it("--version prints the package version and, in one word, whether the native helpers are in use", () => {
     const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
-    expect(runCli(["--version"])).toMatchObject({ status: 0, stdout: `${pkg.version}\n` });
+    const native = existsSync(new URL("../../native/dist/fastio.node", import.meta.url));
+    expect(runCli(["--version"])).toMatchObject({ status: 0, stdout: `st-convert ${pkg.version} (${native ? "native" : "javascript"})\n` });
+    expect(runCli(["-V"], { env: { ST_CONVERT_NATIVE: "0" } })).toMatchObject({ status: 0, stdout: `st-convert ${pkg.version} (javascript)\n` });
   });
 
   it.each([

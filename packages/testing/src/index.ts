@@ -83,9 +83,13 @@ export interface CliRun {
   stderr: string;
 }
 
-/** Runs the built `st-convert` command. */
-export function runCli(args: readonly string[], options: { cwd?: string } = {}): CliRun {
-  const result = spawnSync(process.execPath, [CLI_PATH, ...args], { encoding: "utf8", cwd: options.cwd, env: { ...process.env, NO_COLOR: "1" } });
+/** Runs the built `st-convert` command; `env` adds to (or overrides) the environment. */
+export function runCli(args: readonly string[], options: { cwd?: string; env?: Record<string, string> } = {}): CliRun {
+  const result = spawnSync(process.execPath, [CLI_PATH, ...args], {
+    encoding: "utf8",
+    cwd: options.cwd,
+    env: { ...process.env, NO_COLOR: "1", ...options.env },
+  });
   return { status: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
 }
 
