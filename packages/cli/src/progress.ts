@@ -25,8 +25,18 @@ const QUIET_START_MS = 500;
 /** Redraws at most this often. */
 const REDRAW_MS = 100;
 
-/** A progress line writing to `write` (stderr) on a terminal `columns` wide; `now` is injectable for tests. */
-export function createProgressLine(write: (text: string) => void, columns = 80, now: () => number = Date.now): ProgressLine {
+/**
+ * The width to draw for: `columns` as the terminal reports it, or 80 when it reports no size (a
+ * pseudo-terminal nobody sized says 0 columns, and a line one column wide was redrawn one
+ * character at a time).
+ */
+export function terminalColumns(columns: number | undefined): number {
+  return columns !== undefined && Number.isInteger(columns) && columns > 0 ? columns : 80;
+}
+
+/** A progress line writing to `write` (stderr) on a terminal `columns` wide (unknown or 0: 80); `now` is injectable for tests. */
+export function createProgressLine(write: (text: string) => void, reported?: number, now: () => number = Date.now): ProgressLine {
+  const columns = terminalColumns(reported);
   const started = now();
   /** When the measure shown began: another total is another measure (a download, then the conversion), with its own rate. */
   let since = started;
@@ -65,14 +75,14 @@ const BAR_MAX = 30;
 const LABEL_MIN = 4;
 
 /**
- * The text of one progress line, shorter than `columns` (the last column is never written: many
+ * The text of one progress line, shorter than `columns` (unknown or 0: 80; the last column is never written: many
  * terminals wrap as soon as it is filled). `fetched`, when given, is the network traffic of
  * remote inputs (`, 12.3 MiB fetched`). Richest layout that fits: bar, figures and label; then
  * figures and label; then the figures; then without rate and ETA; then the percentage (or bytes)
  * with the bytes fetched; then the percentage (or bytes) alone, cut to fit.
  */
-export function renderProgress(label: string, done: number, total: number | undefined, seconds: number, columns = 80, fetched?: number): string {
-  const width = Math.max(1, columns - 1);
+export function renderProgress(label: string, done: number, total: number | undefined, seconds: number, columns?: number, fetched?: number): string {
+  const width = Math.max(1, terminalColumns(columns) - 1);
   const rate = seconds > 0 ? done / seconds : 0;
   const fraction = total === undefined ? undefined : total > 0 ? Math.min(done / total, 1) : 1;
   const percent = fraction === undefined ? "" : `${(fraction * 100).toFixed(0).padStart(3)}% `;

@@ -31,6 +31,26 @@ describe("progress line", () => {
     expect(out[1]).toBe("\r\x1b[K");
   });
 
+  it("a terminal that reports no size (0 columns, as an unsized pseudo-terminal does, or none) gets an 80-column line", () => {
+    const full = renderProgress("model.npz", 512 * 1024 * 1024, 1024 * 1024 * 1024, 2, 80);
+    expect(full.length).toBeGreaterThan(40);
+    for (const columns of [0, undefined, Number.NaN, -1]) {
+      expect(renderProgress("model.npz", 512 * 1024 * 1024, 1024 * 1024 * 1024, 2, columns), String(columns)).toBe(full);
+      let now = 0;
+      const out: string[] = [];
+      const line = createProgressLine(
+        (t) => out.push(t),
+        columns,
+        () => now,
+      );
+      now = 600;
+      line.update("model.npz", 512 * 1024 * 1024, 1024 * 1024 * 1024);
+      expect(out, String(columns)).toHaveLength(1);
+      expect(out[0]).toMatch(/^\r\[=+ +\] {2}50% .* model\.npz\x1b\[K$/);
+      expect(out[0]!.length).toBeLessThan(80 + 4);
+    }
+  });
+
   it("shows the bytes fetched after the figures, and keeps them on narrower terminals before anything else", () => {
     const fetched = 12.3 * 2 ** 20;
     const wide = renderProgress("https://host/model.safetensors", 512 * 1024 * 1024, 1024 * 1024 * 1024, 2, 140, fetched);
