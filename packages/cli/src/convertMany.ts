@@ -144,8 +144,13 @@ async function runBatch(
   const emit = options.onEvent ?? (() => {});
   const plan = await planBatch(inputs, options.outDir, to, formats);
   const { planned, problems } = options.shard === undefined ? plan : shardOf(plan, options.shard);
-  const { ignored } = plan;
+  const { ignored, unsupported } = plan;
   summary.ignored.push(...ignored);
+  // Files of a format st-convert does not convert, found in folders: skipped, saying what they are.
+  for (const job of unsupported) {
+    summary.skipped.push(job);
+    emit({ type: "skipped", job: { input: job.input, output: job.output }, reason: job.reason });
+  }
   for (const problem of problems) {
     summary.failed.push(problem);
     manifest?.record(
@@ -445,9 +450,10 @@ export async function planBatch(
   outDir: string,
   to: TensorFormat,
   formats: readonly TensorFormat[] = FORMATS,
-): Promise<{ planned: BatchJob[]; problems: BatchSummary["failed"]; ignored: string[] }> {
+): Promise<{ planned: BatchJob[]; problems: BatchSummary["failed"]; ignored: string[]; unsupported: BatchSummary["skipped"] }> {
   const planned: BatchJob[] = [];
   const ignored: string[] = [];
+  const unsupported: BatchSummary["skipped"] = [];
   const problems: BatchSummary["failed"] = [];
   const outputs = new Map<string, string>();
   const outRoot = resolve(outDir);
@@ -502,11 +508,13 @@ export async function planBatch(
   for (const job of planned) outputsOfRun.add(resolve(job.output));
   for (const file of found) {
     if (outputsOfRun.has(file.key)) continue;
-    // Only an ambiguous extension (.json) makes a file's first bytes worth reading here.
-    if (file.format.ambiguousExtension === true && !(await looksLikeItsFormat(file.path, file.format))) ignored.push(file.path);
-    else add(file.path, file.output, file.outputKey, file.key);
+    // Only an ambiguous extension (.json, .pt) makes a file's first bytes worth reading here.
+    const looks = file.format.ambiguousExtension === true ? await looksLikeItsFormat(file.path, file.format) : true;
+    if (looks === true) add(file.path, file.output, file.outputKey, file.key);
+    else if (looks === false) ignored.push(file.path);
+    else unsupported.push({ input: file.path, output: file.output, reason: `${looks}; st-convert does not convert it` });
   }
-  return { planned, problems, ignored };
+  return { planned, problems, ignored, unsupported };
 }
 
 /** A file found in a folder: its path as shown, its absolute path, its format by extension, and its output. */
@@ -572,13 +580,19 @@ async function walk(walker: Walker, dir: string, key: string, rel: string): Prom
   }
 }
 
-/** False for a file whose format's extension is ambiguous and whose first bytes are not that format. */
-async function looksLikeItsFormat(path: string, format: TensorFormat): Promise<boolean> {
+/**
+ * False for a file whose format's extension is ambiguous and whose first bytes are not that format;
+ * what it is instead when it is a format st-convert does not convert (a TorchScript `.pt`).
+ */
+async function looksLikeItsFormat(path: string, format: TensorFormat): Promise<boolean | string> {
   if (format.ambiguousExtension !== true || format.sniff === undefined) return true;
   try {
     const source = await openFileSource(path);
     try {
-      return format.sniff(await readHead(source));
+      const head = await readHead(source);
+      if (format.sniff(head)) return true;
+      const { foreignFormat } = await import("./foreign.js");
+      return (await foreignFormat(source, head)) ?? false;
     } finally {
       await source.close();
     }

@@ -74,6 +74,11 @@ export async function convertModel(inputDir: string, outputDir: string, options:
   }
   const layout = await readLayout(inputDir, formats);
   if (layout.singles.length === 0 && layout.indexes.length === 0) {
+    const foreign = foreignFolder(layout.others);
+    if (foreign !== undefined) {
+      const { unsupportedFormat } = await import("./foreign.js");
+      throw unsupportedFormat(foreign, inputDir, formats);
+    }
     throw new StConvertError("InvalidOption", "the folder holds no checkpoint (no tensor file and no index)", { file: inputDir });
   }
   const result: ModelResult = { inputDir, outputDir, outputFormat: to.name, checkpoints: [], copied: [], notCopied: [], warnings: [] };
@@ -130,6 +135,13 @@ export async function convertModel(inputDir: string, outputDir: string, options:
     checkpoint.files = checkpoint.files.map((f) => join(outputDir, f));
   }
   return result;
+}
+
+/** What a folder of no checkpoint is, by its files' names, when it is a TensorFlow model st-convert does not convert. */
+function foreignFolder(files: readonly string[]): string | undefined {
+  if (files.includes("saved_model.pb")) return "a TensorFlow SavedModel folder (saved_model.pb, variables/)";
+  if (files.some((f) => /\.data-\d{5}-of-\d{5}$/.test(f))) return "a TensorFlow checkpoint folder (.index and .data-NNNNN-of-NNNNN files)";
+  return undefined;
 }
 
 /**

@@ -80,7 +80,9 @@ export const SNIFF_BYTES = 4096;
 
 /**
  * The format of an input: `--from` if given, else its extension, else its first bytes.
- * @throws StConvertError `InvalidArgument` when none of these tells.
+ * @throws StConvertError `UnsupportedFormat` for a file of a format st-convert recognises but does
+ *   not convert (ONNX, HDF5, TFLite, TensorFlow checkpoints, TorchScript); `UnknownFormat` when
+ *   nothing tells.
  */
 export async function detectInputFormat(source: ByteSource, from?: string, formats: readonly TensorFormat[] = FORMATS): Promise<TensorFormat> {
   if (from !== undefined) return formatByName(from, formats);
@@ -92,6 +94,10 @@ export async function detectInputFormat(source: ByteSource, from?: string, forma
   const head = await readHead(source);
   const sniffed = byExtension?.sniff?.(head) === true ? byExtension : formats.find((f) => f.sniff?.(head) === true);
   if (sniffed !== undefined) return sniffed;
+  // A format st-convert does not convert (ONNX, HDF5, a TorchScript .pt…) is named, not guessed at.
+  const { foreignFormat, unsupportedFormat } = await import("./foreign.js");
+  const foreign = await foreignFormat(source, head);
+  if (foreign !== undefined) throw unsupportedFormat(foreign, source.name, formats);
   if (byExtension !== undefined) return byExtension;
   throw new StConvertError("UnknownFormat", `cannot tell the format from the name or the content; pass --from (${formats.map((f) => f.name).join(", ")})`, {
     file: source.name,

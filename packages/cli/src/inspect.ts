@@ -13,6 +13,7 @@ import {
   type TensorEntry,
   type TensorFormat,
   type TensorSource,
+  isStConvertError,
   withContext,
 } from "@st-convert/core";
 import { createScratchFile, openFileSource } from "@st-convert/core/node";
@@ -145,6 +146,21 @@ export async function withSource<T>(
   }
 }
 
+/**
+ * A reader's refusals of a file's first bytes, which another format's file brings about (an npz
+ * read as safetensors: "header too large"): for these the content is looked at again.
+ */
+const NOT_THIS_FORMAT = new Set([
+  "HeaderTooSmall",
+  "HeaderTooLarge",
+  "InvalidHeaderLength",
+  "InvalidHeader",
+  "InvalidHeaderDeserialization",
+  "BadMagic",
+  "ExtraData",
+  "InvalidJson",
+]);
+
 /** The input after the transforms, and the names the selection left out (by the reader or after it). */
 export interface OpenedInput {
   selected: TensorSource;
@@ -174,15 +190,27 @@ export async function openInput(
         return keep;
       };
   const format = await detectInputFormat(source, options.from, formats);
-  const all = await format.open(source, {
-    options: options.formatOptions ?? {},
-    onWarning,
-    fileName,
-    // Scratch files go to the system's temporary folder (TMPDIR), removed as soon as they are made.
-    scratch: () => createScratchFile(),
-    openSibling,
-    include,
-  });
+  let all: TensorSource;
+  try {
+    all = await format.open(source, {
+      options: options.formatOptions ?? {},
+      onWarning,
+      fileName,
+      // Scratch files go to the system's temporary folder (TMPDIR), removed as soon as they are made.
+      scratch: () => createScratchFile(),
+      openSibling,
+      include,
+    });
+  } catch (error) {
+    // Refused as the format its name says: when the content says another (an npz renamed
+    // .safetensors), that is the message, not the wrong reader's.
+    if (options.from === undefined && isStConvertError(error) && NOT_THIS_FORMAT.has(error.code)) {
+      const { misnamedFormat } = await import("./foreign.js");
+      const other = await misnamedFormat(source, format, formats).catch(() => undefined);
+      if (other !== undefined) throw other;
+    }
+    throw error;
+  }
   if (include !== undefined) for (const entry of all.tensors) include(entry.name);
   return { format, tensors: { selected: transformTensors(all, transforms), dropped, globals: all.globals } };
 }

@@ -49,6 +49,10 @@ export type CommonErrorCode =
   | "NothingToWrite"
   /** No format matches a `--from`/`--to` name, an extension or a file's content. */
   | "UnknownFormat"
+  /** The file is of a format st-convert recognises but does not convert (ONNX, HDF5, TFLite, TorchScript…). */
+  | "UnsupportedFormat"
+  /** The file's content is another format than its name says (an npz renamed .safetensors). */
+  | "FormatMismatch"
   /** The reader of a pipe or stream output went away (`| head`): the CLI ends quietly. */
   | "BrokenPipe"
   /** The conversion was stopped by the caller (signal, abort). */
