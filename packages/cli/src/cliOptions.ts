@@ -31,7 +31,7 @@ export const GLOBAL_OPTIONS: OptionTable = {
   quiet: { type: "boolean", short: "q", description: "print nothing but errors (no warnings, no progress line)" },
   debug: { type: "boolean", description: "show stack traces of errors" },
   help: { type: "boolean", short: "h", description: "show this help" },
-  version: { type: "boolean", short: "V", description: "show the version (with --debug, also whether the native helpers are loaded)" },
+  version: { type: "boolean", short: "V", description: "show the version and whether the native helpers are in use (--debug: why not)" },
 };
 
 /** Options about the inputs (convert, batch, info): how they are read, and which tensors are kept and how reshaped. */

@@ -262,7 +262,8 @@ async function shardingOf(
     throw new StConvertError("InvalidOption", "--max-shard-size writes files; name a folder or an index as the output, not a stream");
   const maxShardSize = options.maxShardSize === undefined ? DEFAULT_MAX_SHARD_SIZE : parseShardSize(options.maxShardSize);
   const named = basename(output).replace(/\.index\.json$/i, "");
-  const format = options.to !== undefined ? formatByName(options.to, formats) : (formatByExtension(named, formats) ?? formatByName("safetensors", formats));
+  const format =
+    options.to !== undefined ? formatByName(options.to, formats, "write") : (formatByExtension(named, formats) ?? formatByName("safetensors", formats));
   if (!shardable(format)) throw new StConvertError("InvalidOption", `--max-shard-size applies to safetensors and torch outputs, not ${format.name}`);
   return { format, target: await shardTarget(output, format), maxShardSize };
 }

@@ -11,7 +11,7 @@ import { basename, dirname, join, resolve } from "node:path";
 import { MAX_INDEX_SIZE, StConvertError, type TensorEntry, type TensorFormat, isStConvertError, parseShardIndex } from "@st-convert/core";
 import { openFileSource, replaceFile } from "@st-convert/core/node";
 import { type ConvertOptions, convert, convertInto } from "./convert.js";
-import { FORMATS, formatByExtension, formatByName, matchExtension, readHead } from "./formats.js";
+import { FORMATS, formatByExtension, formatByName, matchExtension, readHead, writableFormatNames } from "./formats.js";
 import { type ShardPlan, shardName, shardable } from "./shards.js";
 import { parameterCount } from "./text.js";
 import { compileTransforms, renamedName } from "./transforms.js";
@@ -61,8 +61,8 @@ const SHARD_SUFFIX = /-(\d{5})-of-(\d{5})$/;
  */
 export async function convertModel(inputDir: string, outputDir: string, options: ConvertModelOptions): Promise<ModelResult> {
   const formats = options.formats ?? FORMATS;
-  const to = formatByName(options.to, formats);
-  if (to.readOnly === true) throw new StConvertError("UnknownFormat", `${to.name} can be read but not written`);
+  const to = formatByName(options.to, formats, "write");
+  if (to.readOnly === true) throw new StConvertError("UnknownFormat", `${to.name} can be read but not written; write one of ${writableFormatNames(formats)}`);
   if (to.writeFolder !== undefined) {
     throw new StConvertError(
       "InvalidOption",

@@ -49,11 +49,15 @@ export async function folderEntryOf(path: string, formats: readonly TensorFormat
   return undefined;
 }
 
-/** The format called `name` (as in `--from`/`--to`), case-insensitive. */
-export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {
+/**
+ * The format called `name` (as in `--from`/`--to`), case-insensitive. `use` says which: an unknown
+ * name is answered with the formats that can be read, or (`"write"`) written.
+ */
+export function formatByName(name: string, formats: readonly TensorFormat[] = FORMATS, use: "read" | "write" = "read"): TensorFormat {
   const found = formats.find((f) => f.name.toLowerCase() === name.toLowerCase());
   if (found === undefined) {
-    throw new StConvertError("UnknownFormat", `unknown format ${JSON.stringify(name)}; known formats: ${formats.map((f) => f.name).join(", ")}`);
+    const known = use === "write" ? `formats that can be written: ${writableNames(formats)}` : `known formats: ${formats.map((f) => f.name).join(", ")}`;
+    throw new StConvertError("UnknownFormat", `unknown format ${JSON.stringify(name)}; ${known}`);
   }
   return found;
 }
@@ -114,7 +118,7 @@ export async function readHead(source: ByteSource): Promise<Uint8Array> {
  * @throws StConvertError `UnknownFormat` when neither tells, or the format can only be read.
  */
 export function detectOutputFormat(path: string, to?: string, formats: readonly TensorFormat[] = FORMATS): TensorFormat {
-  const format = to !== undefined ? formatByName(to, formats) : formatByExtension(path, formats);
+  const format = to !== undefined ? formatByName(to, formats, "write") : formatByExtension(path, formats);
   if (format === undefined) {
     throw new StConvertError("UnknownFormat", `cannot tell the output format from the file name; pass --to (${writableNames(formats)})`, { file: path });
   }
@@ -125,6 +129,10 @@ export function detectOutputFormat(path: string, to?: string, formats: readonly 
 }
 
 /** The formats that can be written, by name, for a message (made only when one is given: a batch detects once per file). */
+export function writableFormatNames(formats: readonly TensorFormat[] = FORMATS): string {
+  return writableNames(formats);
+}
+
 function writableNames(formats: readonly TensorFormat[]): string {
   return formats
     .filter((f) => f.readOnly !== true)

@@ -230,6 +230,24 @@ describe("outputs and selections", () => {
     expect(unknown.stderr).toMatch(/pass --to \(/);
     expect(unknown.stderr).not.toMatch(/safetensors-index/);
     expect(runCli([mixed, "--out-dir", join(dir, "o"), "--to", "safetensors-index"]).status).toBe(2);
+    // No hint offers an index format (read only) as an output: an unknown --to, an unknown
+    // extension, a read-only --to, in a single conversion, a batch and a model folder.
+    for (const args of [
+      [mixed, join(dir, "out.weird")],
+      [mixed, join(dir, "x"), "--to", "bogus"],
+      [mixed, join(dir, "x"), "--to", "torch-index"],
+      [mixed, join(dir, "x"), "--to", "safetensors-index"],
+      [mixed, "--out-dir", join(dir, "o"), "--to", "bogus"],
+      [mixed, "--out-dir", join(dir, "o"), "--to", "torch-index"],
+      [fixturePath("sharded", "hub"), join(dir, "m"), "--to", "bogus"],
+      [fixturePath("sharded", "hub"), join(dir, "m"), "--to", "torch-index"],
+    ]) {
+      const refused = runCli(args);
+      expect(refused.status, args.join(" ")).toBe(2);
+      expect(refused.stderr, args.join(" ")).toMatch(/(written|pass --to \(|write one of )[^\n]*safetensors, npy, npz, flax, json, torch/);
+      expect(refused.stderr.replace(/(--to|can be read but not written|: )(torch|safetensors)-index/g, ""), args.join(" ")).not.toMatch(/-index/);
+    }
+    expect(readdirSync(dir)).toEqual([]);
   });
 
   it("a format option that applies to neither side is a warning, not silence", () => {

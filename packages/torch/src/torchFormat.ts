@@ -75,6 +75,7 @@ export const torchIndexFormat: TensorFormat = {
   description: "a sharded PyTorch checkpoint, read through its pytorch_model.bin.index.json (read only)",
   extensions: [".bin.index.json", ".pt.index.json", ".pth.index.json"],
   namedOnly: true,
+  readOnly: true,
   async open(source, context) {
     if (context.openSibling === undefined) {
       throw new StConvertError("InvalidArgument", "a sharded checkpoint's shards cannot be opened here (no openSibling in the context)", { file: source.name });
