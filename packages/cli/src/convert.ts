@@ -142,6 +142,8 @@ export async function convertInto(
         warnFor(inputName),
       );
       for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
+      const tied = tiedWeightsNotice(tensors.selected, outputFormat.name);
+      if (tied !== undefined) warnFor(outputName)(tied);
       checkSomethingToWrite(tensors, options, warnings.length > 0);
       if (options.verify === true && typeof output !== "string") {
         throw new StConvertError("InvalidOption", "--verify reads the output back; name a file as the output, not a stream");
@@ -489,4 +491,29 @@ function abortError(error: unknown, signal: AbortSignal | undefined): unknown {
     return new StConvertError("Aborted", "conversion stopped before it finished; the output was not written", { cause: error });
   }
   return error;
+}
+
+/** Output formats that keep tied weights: safetensors names them in the metadata as `convert.py` does, torch ties them again. */
+const KEEPS_TIED_WEIGHTS = new Set(["safetensors", "torch"]);
+
+/**
+ * What becomes of tied weights (a PyTorch checkpoint's names that share one storage, read as one
+ * tensor with the other names in the metadata, `{removed: kept}` beside `"format": "pt"`) in an
+ * output format that has no shared arrays; undefined when there are none, or the format keeps them.
+ */
+export function tiedWeightsNotice(source: TensorSource, format: string): string | undefined {
+  if (KEEPS_TIED_WEIGHTS.has(format) || source.metadata?.format !== "pt") return undefined;
+  const names = new Set(source.tensors.map((t) => t.name));
+  const pairs = Object.entries(source.metadata).filter(([removed, kept]) => removed !== "format" && names.has(kept) && !names.has(removed));
+  if (pairs.length === 0) return undefined;
+  const shown = pairs.slice(0, 3).map(([removed, kept]) => `${removed} shared its storage with ${kept}`);
+  const more = pairs.length > 3 ? ` (and ${pairs.length - 3} more)` : "";
+  const others = pairs.length === 1 ? pairs[0]![0] : "the other names";
+  const fate =
+    format === "npz"
+      ? `${others} ${pairs.length === 1 ? "is" : "are"} only named in the metadata (the archive comment, which np.load does not read)`
+      : format === "flax"
+        ? `${others} ${pairs.length === 1 ? "is" : "are"} left out with the metadata (flax msgpack has no place for it)`
+        : `${others} ${pairs.length === 1 ? "is" : "are"} only named in the metadata`;
+  return `tied weights: ${shown.join(", ")}${more}; ${format} has no shared arrays, so each is written once, under the kept name, and ${fate}`;
 }
