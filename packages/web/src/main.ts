@@ -30,6 +30,15 @@ import { describeError, formatSize, groupDigits, plural } from "./text.js";
  */
 export const LARGE_OUTPUT = 256 * 1024 * 1024;
 
+/**
+ * Outputs whose tensors hold this much or more are not offered as a download: Chromium cancels a
+ * download of a page-made blob of about 600 MiB or more, while the page saw nothing of it. Where
+ * the browser can write a file as it converts, such an output goes there instead; elsewhere the
+ * download is offered with a plain note of what the browser may do. (`ST_CONVERT_DOWNLOAD_LIMIT`
+ * on the page's window replaces it, for the browser tests.)
+ */
+export const DOWNLOAD_LIMIT = 512 * 1024 * 1024;
+
 /** Rows of the tensor table drawn (the totals count every tensor): a table of 50,000 rows takes seconds to lay out. */
 export const MAX_TABLE_ROWS = 2000;
 
@@ -160,7 +169,17 @@ async function convert(): Promise<void> {
   const outputName = outputFileName(mainFile(files).name, to);
   const settings = pageSettings();
   const planned = plannedOutput(settings);
-  const toDisk = saveSelect.value === "disk" || (saveSelect.value === "auto" && planned > LARGE_OUTPUT && pickSaveFile !== undefined);
+  const downloadLimit = (globalThis as { ST_CONVERT_DOWNLOAD_LIMIT?: number }).ST_CONVERT_DOWNLOAD_LIMIT ?? DOWNLOAD_LIMIT;
+  const tooLargeToDownload = planned >= downloadLimit;
+  const toDisk =
+    saveSelect.value === "disk" ||
+    (saveSelect.value === "auto" && planned > LARGE_OUTPUT && pickSaveFile !== undefined) ||
+    (saveSelect.value === "download" && tooLargeToDownload && pickSaveFile !== undefined);
+  if (toDisk && saveSelect.value === "download") {
+    addWarning(
+      `${outputName}: the output (${formatSize(planned)} of tensors) is too large for a download made in the page (Chromium cancels those of about 600 MiB or more): choose where to write it as it converts`,
+    );
+  }
   let sink: ByteSink;
   let blobSink: BlobSink | undefined;
   if (toDisk) {
@@ -182,7 +201,11 @@ async function convert(): Promise<void> {
   } else {
     blobSink = new BlobSink(outputName);
     sink = blobSink;
-    if (planned > LARGE_OUTPUT) {
+    if (tooLargeToDownload) {
+      addWarning(
+        `${outputName}: the output (${formatSize(planned)} of tensors) may be too large for the browser to download: Chromium cancels a download made in the page of about 600 MiB or more, and this page cannot see whether it did (this browser cannot write a file as it converts); check the browser's downloads`,
+      );
+    } else if (planned > LARGE_OUTPUT) {
       addWarning(
         `${outputName}: the output (${formatSize(planned)} of tensors) is held in memory until the download${pickSaveFile === undefined ? ": this browser cannot write it to disk as it converts" : "; save it to a file on disk to stream it instead"}`,
       );
@@ -224,7 +247,8 @@ function offerDownload(blob: Blob, name: string, summary: string): void {
   link.href = downloadUrl;
   link.download = name;
   link.textContent = `${name} (${formatSize(blob.size)})`;
-  result.replaceChildren(`${summary}. Download: `, link);
+  // The page hands the file to the browser and sees nothing after: it says so, and claims no more.
+  result.replaceChildren(`${summary}. Offered as a download: `, link, " (the browser saves it; check its downloads)");
   link.click();
 }
 

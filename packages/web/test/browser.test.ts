@@ -416,6 +416,66 @@ describeBrowser("the converter page in Chromium", () => {
     }
   });
 
+  it("'as a download' of an output at the download limit streams it to disk where the browser can, and otherwise says what the browser may do", async () => {
+    const cli = runCli("safetensors/mixed.safetensors", "mixed.npz", {});
+    // The limit (512 MiB) made small: mixed.safetensors holds a few hundred bytes of tensors.
+    const withPicker = await browser.newContext();
+    const withoutPicker = await browser.newContext({ acceptDownloads: true });
+    try {
+      await withPicker.addInitScript(() => {
+        (window as unknown as { ST_CONVERT_DOWNLOAD_LIMIT: number }).ST_CONVERT_DOWNLOAD_LIMIT = 64;
+        const state = { name: "", chunks: [] as number[][], closed: false };
+        (window as unknown as { __saved: typeof state }).__saved = state;
+        (window as unknown as { showSaveFilePicker: unknown }).showSaveFilePicker = async (options: { suggestedName: string }) => {
+          state.name = options.suggestedName;
+          return {
+            createWritable: async () => ({
+              write: async (data: Uint8Array) => {
+                state.chunks.push([...data]);
+              },
+              close: async () => {
+                state.closed = true;
+              },
+              abort: async () => {},
+            }),
+          };
+        };
+      });
+      const on = await openPage(withPicker);
+      await pick(on, "safetensors/mixed.safetensors");
+      await on.selectOption("select[name=save]", "download");
+      const streamed = await convertInPage(on, "npz", {}, async () => {
+        const saved = await on.evaluate(() => (window as unknown as { __saved: { name: string; chunks: number[][]; closed: boolean } }).__saved);
+        expect(saved).toMatchObject({ name: "mixed.npz", closed: true });
+        return Uint8Array.from(saved.chunks.flat());
+      });
+      expect(streamed.state, streamed.errorLine).toBe("done");
+      expect(Buffer.from(streamed.output!).equals(Buffer.from(cli.output!))).toBe(true);
+      expect(streamed.warnings.join("\n")).toMatch(
+        /mixed\.npz: the output \(.*\) is too large for a download made in the page \(Chromium cancels those of about 600 MiB or more\)/,
+      );
+      expect(await on.locator("#result a[download]").count()).toBe(0);
+
+      await withoutPicker.addInitScript(() => {
+        (window as unknown as { ST_CONVERT_DOWNLOAD_LIMIT: number }).ST_CONVERT_DOWNLOAD_LIMIT = 64;
+        delete (window as unknown as { showSaveFilePicker?: unknown }).showSaveFilePicker;
+      });
+      const plain = await openPage(withoutPicker);
+      await pick(plain, "safetensors/mixed.safetensors");
+      await plain.selectOption("select[name=save]", "download");
+      const offered = await convertInPage(plain, "npz", {});
+      expect(offered.state).toBe("done");
+      expect(Buffer.from(offered.output!).equals(Buffer.from(cli.output!))).toBe(true);
+      expect(offered.warnings.join("\n")).toMatch(/may be too large for the browser to download: Chromium cancels .* and this page cannot see whether it did/);
+      const said = (await plain.textContent("#result")) ?? "";
+      expect(said).toMatch(/Offered as a download: mixed\.npz .*\(the browser saves it; check its downloads\)/);
+      expect(said).not.toMatch(/saved\.|done/);
+    } finally {
+      await withPicker.close();
+      await withoutPicker.close();
+    }
+  });
+
   it("uploads nothing: every request is a GET for a file of the page, and no script failed", async () => {
     expect(server.requests.length).toBeGreaterThan(0);
     const files = new Set(["/", "/index.html", ...record.chunks.map((c) => `/${c.fileName}`)]);
