@@ -143,8 +143,8 @@ async function runBatch(
   const { to, formats, jobs, outDirInfo } = checked;
   const emit = options.onEvent ?? (() => {});
   const plan = await planBatch(inputs, options.outDir, to, formats);
-  const { planned, problems } = options.shard === undefined ? plan : shardOf(plan, options.shard);
-  const { ignored, unsupported } = plan;
+  const { planned, problems, unsupported } = options.shard === undefined ? plan : shardOf(plan, options.shard);
+  const { ignored } = plan;
   summary.ignored.push(...ignored);
   // Files of a format st-convert does not convert, found in folders: skipped, saying what they are.
   for (const job of unsupported) {
@@ -357,26 +357,30 @@ async function readsBackWhole(output: string, options: ConvertManyOptions): Prom
 }
 
 /**
- * Part `part` of `of` of a plan: its jobs and planning failures together, sorted by input in code
- * point order, cut into `of` runs of consecutive entries (sizes differing by at most one).
+ * Part `part` of `of` of a plan: its jobs, planning failures and skipped files of formats
+ * st-convert does not convert, together, sorted by input in code point order, cut into `of` runs
+ * of consecutive entries (sizes differing by at most one), so that each input is reported by one
+ * part only.
  * @throws StConvertError `InvalidOption` unless 1 ≤ part ≤ of.
  */
-export function shardOf<P extends { planned: BatchJob[]; problems: BatchSummary["failed"] }>(plan: P, shard: { part: number; of: number }): P {
+export function shardOf<P extends { planned: BatchJob[]; problems: BatchSummary["failed"]; unsupported: BatchSummary["skipped"] }>(
+  plan: P,
+  shard: { part: number; of: number },
+): P {
   const { part, of } = shard;
   if (!Number.isInteger(part) || !Number.isInteger(of) || of < 1 || part < 1 || part > of) {
     throw new StConvertError("InvalidOption", `--shard ${part}/${of}: expected K/N with 1 <= K <= N`);
   }
-  const all = [...plan.planned.map((job) => ({ job, problem: undefined })), ...plan.problems.map((problem) => ({ job: undefined, problem }))];
-  const inputOf = (e: (typeof all)[number]) => e.job?.input ?? e.problem!.input;
-  all.sort((a, b) => compareCodePoints(inputOf(a), inputOf(b)) || compareCodePoints(a.job?.output ?? "", b.job?.output ?? ""));
-  const from = Math.floor(((part - 1) * all.length) / of);
-  const to = Math.floor((part * all.length) / of);
-  const mine = all.slice(from, to);
-  return {
-    ...plan,
-    planned: mine.flatMap((e) => (e.job === undefined ? [] : [e.job])),
-    problems: mine.flatMap((e) => (e.problem === undefined ? [] : [e.problem])),
-  };
+  type Entry = { input: string; output: string; put: (into: P) => void };
+  const all: Entry[] = [
+    ...plan.planned.map((job) => ({ input: job.input, output: job.output, put: (into: P) => into.planned.push(job) })),
+    ...plan.problems.map((problem) => ({ input: problem.input, output: problem.output ?? "", put: (into: P) => into.problems.push(problem) })),
+    ...plan.unsupported.map((job) => ({ input: job.input, output: job.output, put: (into: P) => into.unsupported.push(job) })),
+  ];
+  all.sort((a, b) => compareCodePoints(a.input, b.input) || compareCodePoints(a.output, b.output));
+  const mine: P = { ...plan, planned: [], problems: [], unsupported: [] };
+  for (const entry of all.slice(Math.floor(((part - 1) * all.length) / of), Math.floor((part * all.length) / of))) entry.put(mine);
+  return mine;
 }
 
 /** The manifest file: one JSON line per input, appended as each finishes, so a killed run keeps what it did. */

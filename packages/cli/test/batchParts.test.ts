@@ -3,10 +3,10 @@
  * `--skip-existing` (a re-run after a crash finishes only what is missing, never trusting a
  * half-written output) and `--manifest` (one JSON line per input, with the checkpoint digest).
  */
-import { mkdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { makeTempDir, runCli, safetensorsFile } from "@st-convert/testing";
+import { fixturePath, makeTempDir, runCli, safetensorsFile } from "@st-convert/testing";
 
 let dir: string;
 let cleanup: () => void;
@@ -78,6 +78,18 @@ describe("--shard K/N", () => {
     expect(done.map((r) => (JSON.parse(r.stdout) as { totals: { converted: number } }).totals.converted)).toEqual([0, 1, 1]);
     for (const bad of ["0/3", "4/3", "1/0", "x", "1/2/3"])
       expect(runCli([folder, "--out-dir", join(dir, "o"), "--to", "npz", "--shard", bad]).status, bad).toBe(2);
+  });
+  it("a file st-convert does not convert (a TorchScript .pt) is reported skipped by one part only", () => {
+    const folder = inputs(4);
+    copyFileSync(fixturePath("foreign", "torchscript.pt"), join(folder, "m001b.pt"));
+    const skipped = [1, 2, 3].map((k) => {
+      const run = runCli([folder, "--out-dir", join(dir, "out"), "--to", "npz", "--shard", `${k}/3`, "--json"]);
+      expect(run.status, run.stderr).toBe(0);
+      return (JSON.parse(run.stdout) as { files: { input: { file: string }; status: string }[] }).files
+        .filter((f) => f.status === "skipped")
+        .map((f) => f.input.file);
+    });
+    expect(skipped.flat()).toEqual([join(folder, "m001b.pt")]);
   });
 });
 
