@@ -5,7 +5,7 @@
  * selection drops what cannot be converted, a shared-reference bomb is refused, and a training
  * checkpoint says how to take just the model.
  */
-import { existsSync } from "node:fs";
+import { copyFileSync, existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { expectOneLineRefusal, fixturePath, makeTempDir, runCli } from "@st-convert/testing";
@@ -48,6 +48,22 @@ describe("--exclude drops what a reader would refuse", () => {
     expectOneLineRefusal([wild("unconvertible.msgpack"), join(dir, "flax.safetensors")], "UnknownDtype");
     const flax = runCli([wild("unconvertible.msgpack"), join(dir, "flax.safetensors"), "--exclude", "^a$"]);
     expect(flax.status, flax.stderr).toBe(0);
+  });
+});
+
+describe("--exclude reaches the shards of a sharded .bin checkpoint", () => {
+  it("an excluded unconvertible tensor in a shard, and a shard holding only excluded ones, are never judged", () => {
+    copyFileSync(wild("unconvertible.pt"), join(dir, "pytorch_model-00001-of-00002.bin"));
+    const weightMap = Object.fromEntries(["w", "b", "z", "q", "s", "n"].map((name) => [name, "pytorch_model-00001-of-00002.bin"]));
+    // The second shard is not there at all: a selection that leaves out all it holds never opens it.
+    const index = join(dir, "pytorch_model.bin.index.json");
+    writeFileSync(index, JSON.stringify({ metadata: {}, weight_map: { ...weightMap, x: "pytorch_model-00002-of-00002.bin" } }));
+    expectOneLineRefusal([index, join(dir, "all.safetensors")], "UnsupportedGlobal");
+    const run = runCli([index, join(dir, "some.safetensors"), "--exclude", "^(z|q|s|n|x)$"]);
+    expect(run.status, run.stderr).toBe(0);
+    expect(runCli(["info", join(dir, "some.safetensors")]).stdout).toMatch(/\n2 tensors,/);
+    const info = runCli(["info", index, "--filter", "^(w|b)$"]);
+    expect(info.status, info.stderr).toBe(0);
   });
 });
 

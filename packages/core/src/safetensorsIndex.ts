@@ -25,6 +25,13 @@ export interface SafetensorsIndexReadOptions extends SafetensorsReadOptions {
   /** Receives non-fatal notices (a `total_size` that is not the sum, metadata the shards disagree on). */
   onWarning?: (message: string) => void;
   /**
+   * The tensors the caller keeps, by name. A shard whose mapped tensors are all left out is not
+   * opened; a shard reader may leave out a tensor this refuses (see {@link ShardReader.read}), and
+   * the index's check that each shard holds what it maps then asks only for the kept ones.
+   * Default: every tensor.
+   */
+  include?: (name: string) => boolean;
+  /**
    * For another format sharded the same way (`pytorch_model.bin.index.json`): the extensions a
    * shard name may end in and how a shard is read. Default: `.safetensors` files read by
    * {@link readSafetensors} with these options.
@@ -109,11 +116,16 @@ export async function readSafetensorsIndex(
   const shardOf = parsed.weightMap;
   const shards = parsed.shards;
 
+  const include = options.include ?? (() => true);
+  const wanted = new Set<string>();
+  for (const [name, shard] of shardOf) if (include(name)) wanted.add(shard);
+
   const byName = new Map<string, TensorEntry>();
   const aliased = new Set<string>();
   const allAliases: Record<string, string> = createMetadata();
   const shardMetadata: (Metadata | null)[] = [];
   for (const shard of shards) {
+    if (!wanted.has(shard)) continue;
     try {
       const file = await reader.read(await openShard(shard));
       shardMetadata.push(file.metadata);
@@ -141,14 +153,14 @@ export async function readSafetensorsIndex(
   for (const [name, shard] of shardOf) {
     const tensor = byName.get(name);
     if (tensor !== undefined) tensors.push(tensor);
-    else if (!aliased.has(name)) {
+    else if (!aliased.has(name) && include(name)) {
       throw new StConvertError("TensorNotFound", `the index maps it to ${JSON.stringify(shard)}, which does not hold it`, { file: source.name, tensor: name });
     }
   }
 
   const totalSize = indexMetadata?.total_size;
   const sum = tensors.reduce((n, t) => n + t.byteLength, 0);
-  if (totalSize !== undefined && totalSize !== sum) {
+  if (totalSize !== undefined && totalSize !== sum && options.include === undefined) {
     const shown = typeof totalSize === "number" ? String(totalSize) : JSON.stringify(totalSize);
     options.onWarning?.(`the index's total_size is ${shown}, but its tensors hold ${sum} bytes`);
   }

@@ -50,6 +50,7 @@ export async function readTorchIndex(
   const read = await readSafetensorsIndex(index, openShard, {
     maxIndexSize: options.maxIndexSize ?? MAX_TORCH_INDEX_SIZE,
     onWarning: options.onWarning,
+    include: options.include,
     shards: {
       extensions: SHARD_EXTENSIONS,
       async read(shard) {

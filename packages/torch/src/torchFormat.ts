@@ -81,7 +81,7 @@ export const torchIndexFormat: TensorFormat = {
       throw new StConvertError("InvalidArgument", "a sharded checkpoint's shards cannot be opened here (no openSibling in the context)", { file: source.name });
     }
     const { readTorchIndex } = await indexModule();
-    return readTorchIndex(source, context.openSibling, { onWarning: context.onWarning });
+    return readTorchIndex(source, context.openSibling, { onWarning: context.onWarning, include: context.include });
   },
   async write() {
     throw new StConvertError(
