@@ -2,6 +2,19 @@
  * `@st-convert/gguf`: GGUF files (llama.cpp, ggml) to and from the tensor model of st-convert,
  * streaming both ways.
  */
-export { type GgufReadOptions, readGguf } from "./readGguf.js";
-export { type GgufWriteOptions, writeGguf } from "./writeGguf.js";
+export { type GgufFile, type GgufReadOptions, type GgufTensor, SPLIT_KEYS, readGguf } from "./readGguf.js";
+export {
+  DEFAULT_ARCHITECTURE,
+  type GgufPlan,
+  type GgufWriteOptions,
+  type PlannedTensor,
+  planGguf,
+  serializeHeader,
+  writeGguf,
+  writePlan,
+} from "./writeGguf.js";
+export { type GgufHeader, type GgufKv, type GgufTensorInfo, type GgufValue, parseGguf } from "./parseGguf.js";
+export { KV_PREFIX, TENSOR_TYPES_KEY, decodeValue, encodeValue, kvsToMetadata, metadataToKvs } from "./ggufMetadata.js";
+export { type GgufErrorCode, PLAIN_TYPES, VALUE_TYPES } from "./ggufTypes.js";
+export { QUANTIZE_TYPES, parseQuantizeRules, planQuantization } from "./quantize.js";
 export { ggufFormat, sniffGguf } from "./format.js";

@@ -1,5 +1,21 @@
-/** Writing GGUF files (work in progress: the skeleton's placeholder). */
-import { type ByteSink, StConvertError, type TensorSource } from "@st-convert/core";
+/**
+ * Writes GGUF files: byte for byte what gguf-py's `GGUFWriter` writes for the same key/value pairs
+ * and tensors in the same order (version 3, little-endian; `general.architecture` first when the
+ * metadata does not place it; every tensor's data padded to the alignment, the last one too).
+ * F32, F16, BF16, F64 and the integer types are written as they are; tensors kept as quantized
+ * blocks (`--keep-quantized`, or a GGUF read for a GGUF output) go back as their blocks untouched;
+ * `quantize` rules make blocks of floating tensors (quantize.ts).
+ *
+ * Spec: gguf-py 0.19.0 `gguf_writer.py` (`write_header_to_file`, `write_kv_data_to_file`,
+ * `write_ti_data_to_file`, `write_tensors_to_file`, `_pack_val`), ggml's `src/gguf.cpp`.
+ */
+import { type ByteSink, type Dtype, StConvertError, type TensorEntry, type TensorSource, WRITTEN, pipeTensor, quoteName } from "@st-convert/core";
+import { metadataToKvs, recordedTensorTypes } from "./ggufMetadata.js";
+import { MAX_DIMS, MAX_NAME_BYTES, TYPE_OF_DTYPE, VALUE_TYPE_ID, VALUE_TYPES, type ValueTypeName } from "./ggufTypes.js";
+import { type GgufKv, type GgufValue, pad } from "./parseGguf.js";
+import { type QuantizePlan, planQuantization, quantizedChunks } from "./quantize.js";
+import { ggmlTypeInfo } from "./quants/index.js";
+import { keptBlockType } from "./readGguf.js";
 
 export interface GgufWriteOptions {
   /** `TYPE` or `NAME_REGEX:TYPE` rules, as `--quantize` gives them. */
@@ -7,6 +23,288 @@ export interface GgufWriteOptions {
   readonly onWarning?: (message: string) => void;
 }
 
-export async function writeGguf(_tensors: TensorSource, _sink: ByteSink, _options: GgufWriteOptions = {}): Promise<void> {
-  throw new StConvertError("Unsupported", "GGUF writing is not implemented yet");
+/** `general.architecture` when neither the metadata nor `--metadata` gives one. */
+export const DEFAULT_ARCHITECTURE = "unknown";
+
+/** GGUF's version this writer writes, as gguf-py does. */
+const VERSION = 3;
+
+/** What the writer makes of one tensor. */
+export interface PlannedTensor {
+  readonly entry: TensorEntry;
+  /** ggml's `ne` (numpy's shape reversed). */
+  readonly ne: readonly number[];
+  readonly type: number;
+  /** Bytes of its data, before padding. */
+  readonly byteLength: number;
+  /** When it is quantized on the way. */
+  readonly quantize?: QuantizePlan;
+}
+
+/** The whole plan of a GGUF file: its pairs, its tensors, its alignment. */
+export interface GgufPlan {
+  readonly kvs: readonly GgufKv[];
+  readonly tensors: readonly PlannedTensor[];
+  readonly alignment: number;
+}
+
+/**
+ * Plans the file for `source`: its key/value pairs from the metadata, each tensor's ggml type.
+ * @throws StConvertError `InvalidMetadata`, `Unsupported` (a dtype GGUF has no type for, naming the
+ *   tensor and the `--cast` that helps), `InvalidName`, `InvalidArgument`.
+ */
+export function planGguf(source: TensorSource, options: GgufWriteOptions = {}): GgufPlan {
+  const kvs = metadataToKvs(source.metadata);
+  if (!kvs.some((kv) => kv.key === "general.architecture")) kvs.unshift({ key: "general.architecture", type: "STRING", value: DEFAULT_ARCHITECTURE });
+  let alignment = 32;
+  const alignmentKv = kvs.find((kv) => kv.key === "general.alignment");
+  if (alignmentKv !== undefined) {
+    const value = alignmentKv.value;
+    if (alignmentKv.type !== "UINT32" || typeof value !== "number" || value === 0 || (value & (value - 1)) !== 0) {
+      throw new StConvertError(
+        "InvalidMetadata",
+        `general.alignment must be a UINT32 power of two, as gguf.general.alignment={"type":"UINT32","value":64} gives it; got ${alignmentKv.type} ${JSON.stringify(value)}`,
+      );
+    }
+    alignment = value;
+  }
+  const recorded = recordedTensorTypes(source.metadata);
+  const quantize = planQuantization(source.tensors, options.quantize ?? [], options.onWarning);
+  const tensors = source.tensors.map((entry) => planTensor(entry, recorded, quantize.get(entry.name)));
+  return { kvs, tensors, alignment };
+}
+
+const encoder = new TextEncoder();
+
+function planTensor(entry: TensorEntry, recorded: ReadonlyMap<string, string>, quantize: QuantizePlan | undefined): PlannedTensor {
+  const { name } = entry;
+  const nameBytes = encoder.encode(name).byteLength;
+  if (nameBytes >= MAX_NAME_BYTES) {
+    throw new StConvertError("InvalidName", `name of ${nameBytes} bytes; ggml reads names of at most ${MAX_NAME_BYTES - 1} (shorten it with --rename)`, {
+      tensor: name,
+    });
+  }
+  if (entry.shape.length > MAX_DIMS) {
+    throw new StConvertError("Unsupported", `${entry.shape.length} dimensions; GGUF tensors have at most ${MAX_DIMS}`, { tensor: name });
+  }
+  const ne = [...entry.shape].reverse();
+  if (quantize !== undefined) return { entry, ne, type: quantize.type, byteLength: quantize.byteLength, quantize };
+  const plain = TYPE_OF_DTYPE.get(entry.dtype);
+  if (plain !== undefined) return { entry, ne, type: plain, byteLength: entry.byteLength };
+  if (entry.dtype === "U8") {
+    const kept = keptBlockType(entry.extent?.()) ?? typeByName(recorded.get(name), name);
+    if (kept !== undefined) return keptBlocks(entry, kept);
+  }
+  throw new StConvertError("Unsupported", `GGUF has no type for ${entry.dtype}; ${castHint(entry.dtype)}`, { tensor: name });
+}
+
+/** The ggml type id called `name`, for a recorded type. */
+function typeByName(name: string | undefined, tensor: string): number | undefined {
+  if (name === undefined) return undefined;
+  for (let id = 0; id < 64; id++) if (ggmlTypeInfo(id)?.name === name) return id;
+  throw new StConvertError("InvalidMetadata", `the recorded ggml type ${JSON.stringify(name)} is not one ggml knows`, { tensor });
+}
+
+/** A U8 tensor `[...outer, bytes per row]` holding blocks of ggml type `type`. */
+function keptBlocks(entry: TensorEntry, type: number): PlannedTensor {
+  const info = ggmlTypeInfo(type)!;
+  const rowBytes = entry.shape[entry.shape.length - 1];
+  if (rowBytes === undefined || rowBytes % info.typeSize !== 0) {
+    throw new StConvertError("InvalidArgument", `kept ${info.name} blocks, but its last dimension (${rowBytes}) is not whole ${info.typeSize}-byte blocks`, {
+      tensor: entry.name,
+    });
+  }
+  const ne = [(rowBytes / info.typeSize) * info.blockSize, ...entry.shape.slice(0, -1).reverse()];
+  return { entry, ne, type, byteLength: entry.byteLength };
+}
+
+/** The cast that would make a dtype writable. */
+function castHint(dtype: Dtype): string {
+  switch (dtype) {
+    case "BOOL":
+    case "U8":
+      return `cast it first, e.g. --cast ${dtype}=I16 (or F32)`;
+    case "U16":
+      return "cast it first, e.g. --cast U16=I32";
+    case "U32":
+      return "cast it first, e.g. --cast U32=I64";
+    case "U64":
+      return "cast it first, e.g. --cast U64=I64 (if its values fit) or F64";
+    case "C64":
+      return "no cast keeps complex values";
+    default:
+      return `cast it first, e.g. --cast ${dtype}=F32 (or F16, BF16)`;
+  }
+}
+
+/** A growing little-endian buffer for the header. */
+class HeaderBytes {
+  #bytes = new Uint8Array(64 * 1024);
+  #view = new DataView(this.#bytes.buffer);
+  length = 0;
+
+  #room(n: number): number {
+    if (this.length + n > this.#bytes.byteLength) {
+      const grown = new Uint8Array(Math.max(this.#bytes.byteLength * 2, this.length + n));
+      grown.set(this.#bytes.subarray(0, this.length));
+      this.#bytes = grown;
+      this.#view = new DataView(grown.buffer);
+    }
+    const at = this.length;
+    this.length += n;
+    return at;
+  }
+  u8(v: number): void {
+    this.#view.setUint8(this.#room(1), v);
+  }
+  u32(v: number): void {
+    this.#view.setUint32(this.#room(4), v, true);
+  }
+  u64(v: number | bigint): void {
+    this.#view.setBigUint64(this.#room(8), BigInt(v), true);
+  }
+  raw(bytes: Uint8Array): void {
+    this.#bytes.set(bytes, this.#room(bytes.byteLength));
+  }
+  string(value: string | { hex: string }): void {
+    const bytes = typeof value === "string" ? encoder.encode(value) : fromHex(value.hex);
+    this.u64(bytes.byteLength);
+    this.raw(bytes);
+  }
+  /** One scalar of `type` in the metadata encoding's form (checked by ggufMetadata.ts). */
+  scalar(type: ValueTypeName, value: unknown): void {
+    switch (type) {
+      case "UINT8":
+      case "BOOL":
+        this.#view.setUint8(this.#room(1), type === "BOOL" ? (value === true ? 1 : 0) : (value as number));
+        return;
+      case "INT8":
+        this.#view.setInt8(this.#room(1), value as number);
+        return;
+      case "UINT16":
+        this.#view.setUint16(this.#room(2), value as number, true);
+        return;
+      case "INT16":
+        this.#view.setInt16(this.#room(2), value as number, true);
+        return;
+      case "UINT32":
+        this.#view.setUint32(this.#room(4), value as number, true);
+        return;
+      case "INT32":
+        this.#view.setInt32(this.#room(4), value as number, true);
+        return;
+      case "UINT64":
+        this.#view.setBigUint64(this.#room(8), BigInt(value as string), true);
+        return;
+      case "INT64":
+        this.#view.setBigInt64(this.#room(8), BigInt(value as string), true);
+        return;
+      case "FLOAT32":
+        if (typeof value === "string") this.#view.setUint32(this.#room(4), Number.parseInt(value.slice(2), 16), true);
+        else this.#view.setFloat32(this.#room(4), value as number, true);
+        return;
+      case "FLOAT64":
+        if (typeof value === "string") this.#view.setBigUint64(this.#room(8), BigInt(value), true);
+        else this.#view.setFloat64(this.#room(8), value as number, true);
+        return;
+      case "STRING":
+        this.string(value as string | { hex: string });
+        return;
+      default:
+        throw new Error(`scalar: ${type}`);
+    }
+  }
+  /** A value with its type id first, as `_pack_val(add_vtype=True)` writes it. */
+  value(value: GgufValue): void {
+    this.u32(VALUE_TYPE_ID[value.type]);
+    if (value.type === "ARRAY") this.array(value.itemType!, value.value as unknown[]);
+    else this.scalar(value.type, value.value);
+  }
+  array(itemType: ValueTypeName, items: readonly unknown[]): void {
+    this.u32(VALUE_TYPE_ID[itemType]);
+    this.u64(items.length);
+    for (const item of items) {
+      if (itemType === "ARRAY") {
+        const inner = item as { itemType: ValueTypeName; value: unknown[] };
+        this.array(inner.itemType, inner.value);
+      } else {
+        this.scalar(itemType, item);
+      }
+    }
+  }
+  bytes(): Uint8Array {
+    return this.#bytes.subarray(0, this.length);
+  }
+}
+
+function fromHex(hex: string): Uint8Array {
+  const out = new Uint8Array(hex.length / 2);
+  for (let i = 0; i < out.byteLength; i++) out[i] = Number.parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}
+
+/** The header (through the padding before the data) of a planned file. */
+export function serializeHeader(plan: GgufPlan): Uint8Array {
+  const out = new HeaderBytes();
+  out.raw(encoder.encode("GGUF"));
+  out.u32(VERSION);
+  out.u64(plan.tensors.length);
+  out.u64(plan.kvs.length);
+  for (const kv of plan.kvs) {
+    out.string(kv.key);
+    out.value(kv);
+  }
+  let offset = 0;
+  for (const t of plan.tensors) {
+    out.string(t.entry.name);
+    out.u32(t.ne.length);
+    for (const n of t.ne) out.u64(n);
+    out.u32(t.type);
+    out.u64(offset);
+    offset += pad(t.byteLength, plan.alignment);
+  }
+  const padding = pad(out.length, plan.alignment) - out.length;
+  out.raw(new Uint8Array(padding));
+  return out.bytes();
+}
+
+/** Zeros, shared by every padding (at most an alignment's worth; alignments are small). */
+let zeros = new Uint8Array(256);
+
+function padding(n: number): Uint8Array {
+  if (n > zeros.byteLength) zeros = new Uint8Array(n);
+  return zeros.subarray(0, n);
+}
+
+/**
+ * Writes `source` to `sink` as one GGUF file.
+ * @throws StConvertError as {@link planGguf}, and what the reader or the sink throw, naming the tensor.
+ */
+export async function writeGguf(source: TensorSource, sink: ByteSink, options: GgufWriteOptions = {}): Promise<void> {
+  await writePlan(planGguf(source, options), sink);
+}
+
+/** Writes a planned file: its header, then each tensor's data padded to the alignment. */
+export async function writePlan(plan: GgufPlan, sink: ByteSink): Promise<void> {
+  await sink.write(serializeHeader(plan));
+  for (const t of plan.tensors) {
+    if (t.quantize !== undefined) {
+      for await (const chunk of quantizedChunks(t.entry, t.quantize)) {
+        const written = sink.write(chunk);
+        if (written !== WRITTEN) await written;
+      }
+    } else {
+      await pipeTensor(t.entry, sink);
+    }
+    const rest = pad(t.byteLength, plan.alignment) - t.byteLength;
+    if (rest > 0) await sink.write(padding(rest));
+  }
+}
+
+/** The type names GGUF metadata values can have, for messages. */
+export const VALUE_TYPE_NAMES: readonly string[] = VALUE_TYPES;
+
+/** A tensor's name, quoted, for messages. */
+export function tensorLabel(entry: TensorEntry): string {
+  return quoteName(entry.name);
 }
