@@ -140,6 +140,7 @@ export async function convertInto(
         formats,
         openSibling,
         warnFor(inputName),
+        outputFormat.name,
       );
       for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
       const tied = tiedWeightsNotice(tensors.selected, outputFormat.name);

@@ -4,7 +4,7 @@
  */
 import type { ByteSink, ByteSource, ScratchFactory } from "./ByteSource.js";
 import { StConvertError } from "./StConvertError.js";
-import type { TensorSource } from "./Tensor.js";
+import type { TensorEntry, TensorSource } from "./Tensor.js";
 
 /** A command-line option a format adds, e.g. npy's `--name` or flax's `--sep`. */
 export interface FormatOption {
@@ -50,6 +50,20 @@ export interface FormatContext {
    * having the whole file refused. Readers that ignore it are still correct: the caller filters again.
    */
   readonly include?: (name: string) => boolean;
+  /**
+   * The name of the format the tensors are read for, when a conversion knows it (not `info`): a
+   * reader may then keep a stored form that its own format's writer takes back as it is (a GGUF
+   * read for a GGUF output keeps its quantized blocks instead of dequantizing them).
+   */
+  readonly writing?: string;
+}
+
+/** How a file stores a tensor, where that differs from its dtype (for `info`). */
+export interface StoredForm {
+  /** The format's own name for the type (a GGUF tensor's ggml type, `"Q4_K"`). */
+  readonly type: string;
+  /** Bytes the tensor takes in the file. */
+  readonly bytes: number;
 }
 
 /** A file format: how to recognise, read and write it. */
@@ -88,6 +102,13 @@ export interface TensorFormat {
   readonly readOnly?: boolean;
   /** True when the first bytes of a file look like this format (used when the extension says nothing). */
   sniff?(head: Uint8Array): boolean;
+  /**
+   * A short form of a metadata entry for `info`'s text view, or undefined to show it whole (a GGUF
+   * tokenizer's 150,000 tokens as their type and count); `--json` always gives the whole value.
+   */
+  describeMetadata?(key: string, value: string): string | undefined;
+  /** How the file stores a tensor this format's reader listed, where that differs from its dtype (for `info`). */
+  storedForm?(entry: TensorEntry): StoredForm | undefined;
   /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */
   open(source: ByteSource, context: FormatContext): Promise<TensorSource>;
   /** Writes tensors to the sink. The caller closes or aborts the sink. */

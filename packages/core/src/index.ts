@@ -98,6 +98,7 @@ export {
   type FormatContext,
   type FormatOption,
   type FormatOptionValues,
+  type StoredForm,
   type TensorFormat,
   fileStem,
   lazyModule,

@@ -4,10 +4,32 @@
  * `./format` entry point.
  */
 import { type TensorFormat, lazyModule, stringListOption } from "@st-convert/core";
+import type { GgufTensor } from "./readGguf.js";
 
 /** Loaded on first use, then kept. */
 const readerModule = lazyModule(() => import("./readGguf.js"));
 const writerModule = lazyModule(() => import("./writeGguf.js"));
+
+/** Arrays longer than this are shown by `info` as their type and length. */
+const SHOWN_ITEMS = 16;
+
+/**
+ * `info`'s short form of a `gguf.KEY` entry: its type and value (`UINT32 32`, `STRING "llama"`),
+ * an array of more than 16 items as its item type and length (`ARRAY<STRING>[151936]`).
+ */
+export function describeGgufMetadata(key: string, value: string): string | undefined {
+  if (!key.startsWith("gguf.")) return undefined;
+  let parsed: { type?: unknown; itemType?: unknown; value?: unknown };
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== "object" || parsed === null || typeof parsed.type !== "string") return undefined;
+  if (parsed.type !== "ARRAY") return `${parsed.type} ${JSON.stringify(parsed.value)}`;
+  const items = Array.isArray(parsed.value) ? parsed.value : [];
+  return items.length > SHOWN_ITEMS ? `ARRAY<${String(parsed.itemType)}>[${items.length}]` : `ARRAY<${String(parsed.itemType)}> ${JSON.stringify(items)}`;
+}
 
 /** `GGUF`: the first four bytes of every GGUF file, in either byte order. */
 const MAGIC = [0x47, 0x47, 0x55, 0x46];
@@ -44,11 +66,17 @@ export const ggufFormat: TensorFormat = {
     },
   ],
   sniff: sniffGguf,
+  describeMetadata: describeGgufMetadata,
+  storedForm(entry) {
+    const { ggmlType, storedBytes } = entry as Partial<Pick<GgufTensor, "ggmlType" | "storedBytes">>;
+    return ggmlType === undefined || storedBytes === undefined ? undefined : { type: ggmlType, bytes: storedBytes };
+  },
   // The reader and writer load on first use: a command that touches no GGUF file does not pay for them.
   async open(source, context) {
     const { readGguf } = await readerModule();
     return readGguf(source, {
-      keepQuantized: context.options["keep-quantized"] === true,
+      // Read for a GGUF output, quantized tensors stay their blocks, which the writer puts back untouched.
+      keepQuantized: context.options["keep-quantized"] === true || context.writing === "gguf",
       onWarning: context.onWarning,
       fileName: context.fileName,
       openSibling: context.openSibling,

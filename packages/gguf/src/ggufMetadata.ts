@@ -12,15 +12,25 @@ import { VALUE_TYPES, type ValueTypeName } from "./ggufTypes.js";
 /** Prefix of the metadata keys that hold GGUF key/value pairs. */
 export const KV_PREFIX = "gguf.";
 /**
- * The metadata key recording, for tensors kept as their quantized blocks (`--keep-quantized`),
- * the ggml type of each, as JSON `{"name": "Q4_K", …}`, so that the GGUF writer can put them back.
+ * The metadata key of st-convert's record of a GGUF's layout, as JSON: `keys`, the order of its
+ * key/value pairs; `tensors`, the order of its tensors; `types`, the ggml type of each tensor kept
+ * as its quantized blocks (`--keep-quantized`). Formats that sort metadata or tensors (safetensors
+ * sorts both) lose the order; the GGUF writer restores it from here.
  */
-export const TENSOR_TYPES_KEY = "st_convert.gguf.tensor_types";
+export const RECORD_KEY = "st_convert.gguf";
 
-/** The key/value pairs as metadata entries, in their order. */
-export function kvsToMetadata(kvs: readonly GgufKv[], tensorTypes?: ReadonlyMap<string, string>): Metadata {
+/** What {@link RECORD_KEY} holds. */
+export interface GgufRecord {
+  readonly keys: readonly string[];
+  readonly tensors: readonly string[];
+  readonly types?: Readonly<Record<string, string>>;
+}
+
+/** The key/value pairs as metadata entries, in their order, then the record of the layout. */
+export function kvsToMetadata(kvs: readonly GgufKv[], tensors: readonly string[], keptTypes: ReadonlyMap<string, string>): Metadata {
   const metadata = createMetadata(kvs.map((kv) => [KV_PREFIX + kv.key, encodeValue(kv)]));
-  if (tensorTypes !== undefined && tensorTypes.size > 0) metadata[TENSOR_TYPES_KEY] = JSON.stringify(Object.fromEntries(tensorTypes));
+  const record: GgufRecord = { keys: kvs.map((kv) => kv.key), tensors, ...(keptTypes.size > 0 ? { types: Object.fromEntries(keptTypes) } : {}) };
+  metadata[RECORD_KEY] = JSON.stringify(record);
   return metadata;
 }
 
@@ -29,43 +39,55 @@ export function encodeValue(value: GgufValue): string {
   return JSON.stringify(value.type === "ARRAY" ? { type: value.type, itemType: value.itemType, value: value.value } : { type: value.type, value: value.value });
 }
 
-/** A key/value pair to write: its key, and a value checked to be writable as its type says. */
-export type WritableKv = GgufKv;
-
 /**
- * The key/value pairs a metadata map asks for, in its order: `gguf.KEY` entries decoded to their
- * types, other entries (besides st-convert's own record) as STRING pairs; a plain key that repeats a
- * typed one replaces its value in place (`--metadata general.name=…` over a GGUF's own).
+ * The key/value pairs a metadata map asks for: `gguf.KEY` entries decoded to their types, other
+ * entries (but the record) as STRING pairs; a plain key that repeats a typed one replaces its value
+ * in place (`--metadata general.name=…` over a GGUF's own). The keys the record lists come first,
+ * in its order, then the others in the metadata's.
  * @throws StConvertError `InvalidMetadata` naming the key whose text is not a value of the encoding.
  */
-export function metadataToKvs(metadata: Metadata | null): GgufKv[] {
-  const kvs = new Map<string, GgufKv>();
-  for (const [entry, text] of Object.entries(metadata ?? {})) {
-    if (entry === TENSOR_TYPES_KEY) continue;
-    if (entry.startsWith(KV_PREFIX)) {
-      const key = entry.slice(KV_PREFIX.length);
-      kvs.set(key, { key, ...decodeValue(entry, text) });
-    } else {
-      kvs.set(entry, { key: entry, type: "STRING", value: text });
-    }
+export function metadataToKvs(metadata: Metadata | null, record: GgufRecord | undefined = readRecord(metadata)): GgufKv[] {
+  const kvs = new Map<string, GgufKv | undefined>();
+  for (const key of record?.keys ?? []) kvs.set(key, undefined);
+  const entries = Object.entries(metadata ?? {}).filter(([entry]) => entry !== RECORD_KEY);
+  // Typed entries first, then plain ones: a plain key beside a typed one of the same name was added
+  // by --metadata and wins, in whatever order the metadata came (safetensors sorts it).
+  for (const [entry, text] of entries) {
+    if (entry.startsWith(KV_PREFIX)) kvs.set(entry.slice(KV_PREFIX.length), { key: entry.slice(KV_PREFIX.length), ...decodeValue(entry, text) });
   }
-  return [...kvs.values()];
+  for (const [entry, text] of entries) if (!entry.startsWith(KV_PREFIX)) kvs.set(entry, { key: entry, type: "STRING", value: text });
+  return [...kvs.values()].filter((kv): kv is GgufKv => kv !== undefined);
 }
 
-/** The tensor types recorded by {@link TENSOR_TYPES_KEY}, or none. */
-export function recordedTensorTypes(metadata: Metadata | null): Map<string, string> {
-  const text = metadata?.[TENSOR_TYPES_KEY];
-  if (text === undefined) return new Map();
+/**
+ * The record of a GGUF's layout in `metadata`, if any.
+ * @throws StConvertError `InvalidMetadata` when it is not one.
+ */
+export function readRecord(metadata: Metadata | null): GgufRecord | undefined {
+  const text = metadata?.[RECORD_KEY];
+  if (text === undefined) return undefined;
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch {
     parsed = undefined;
   }
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed) || Object.values(parsed).some((v) => typeof v !== "string")) {
-    throw new StConvertError("InvalidMetadata", `metadata ${quoteName(TENSOR_TYPES_KEY)} is not a JSON object of tensor names to ggml type names`);
+  const strings = (value: unknown) => Array.isArray(value) && value.every((v) => typeof v === "string");
+  const record = parsed as Partial<GgufRecord> | undefined;
+  if (
+    typeof record !== "object" ||
+    record === null ||
+    !strings(record.keys) ||
+    !strings(record.tensors) ||
+    (record.types !== undefined &&
+      (typeof record.types !== "object" || record.types === null || !Object.values(record.types).every((v) => typeof v === "string")))
+  ) {
+    throw new StConvertError(
+      "InvalidMetadata",
+      `metadata ${quoteName(RECORD_KEY)} is not st-convert's record of a GGUF layout ({"keys": […], "tensors": […], "types": {…}})`,
+    );
   }
-  return new Map(Object.entries(parsed as Record<string, string>));
+  return record as GgufRecord;
 }
 
 function invalid(entry: string, why: string): StConvertError {

@@ -14,7 +14,7 @@ export {
   writePlan,
 } from "./writeGguf.js";
 export { type GgufHeader, type GgufKv, type GgufTensorInfo, type GgufValue, parseGguf } from "./parseGguf.js";
-export { KV_PREFIX, TENSOR_TYPES_KEY, decodeValue, encodeValue, kvsToMetadata, metadataToKvs } from "./ggufMetadata.js";
+export { type GgufRecord, KV_PREFIX, RECORD_KEY, decodeValue, encodeValue, kvsToMetadata, metadataToKvs, readRecord } from "./ggufMetadata.js";
 export { type GgufErrorCode, PLAIN_TYPES, VALUE_TYPES } from "./ggufTypes.js";
 export { QUANTIZE_TYPES, parseQuantizeRules, planQuantization } from "./quantize.js";
 export { ggufFormat, sniffGguf } from "./format.js";

@@ -106,7 +106,11 @@ export async function readGguf(input: ByteInput, options: GgufReadOptions = {}):
     }
   }
   const kvs = split ? header.kvs.filter((kv) => !(SPLIT_KEYS as readonly string[]).includes(kv.key)) : header.kvs;
-  const metadata: Metadata = kvsToMetadata(kvs, keptTypes);
+  const metadata: Metadata = kvsToMetadata(
+    kvs,
+    tensors.map((t) => t.name),
+    keptTypes,
+  );
   return { metadata, tensors, header, files: parts.map((p) => p.file ?? "<input>") };
 }
 

@@ -10,7 +10,7 @@
  * `write_ti_data_to_file`, `write_tensors_to_file`, `_pack_val`), ggml's `src/gguf.cpp`.
  */
 import { type ByteSink, type Dtype, StConvertError, type TensorEntry, type TensorSource, WRITTEN, pipeTensor, quoteName } from "@st-convert/core";
-import { metadataToKvs, recordedTensorTypes } from "./ggufMetadata.js";
+import { metadataToKvs, readRecord } from "./ggufMetadata.js";
 import { MAX_DIMS, MAX_NAME_BYTES, TYPE_OF_DTYPE, VALUE_TYPE_ID, VALUE_TYPES, type ValueTypeName } from "./ggufTypes.js";
 import { type GgufKv, type GgufValue, pad } from "./parseGguf.js";
 import { type QuantizePlan, planQuantization, quantizedChunks } from "./quantize.js";
@@ -54,7 +54,8 @@ export interface GgufPlan {
  *   tensor and the `--cast` that helps), `InvalidName`, `InvalidArgument`.
  */
 export function planGguf(source: TensorSource, options: GgufWriteOptions = {}): GgufPlan {
-  const kvs = metadataToKvs(source.metadata);
+  const record = readRecord(source.metadata);
+  const kvs = metadataToKvs(source.metadata, record);
   if (!kvs.some((kv) => kv.key === "general.architecture")) kvs.unshift({ key: "general.architecture", type: "STRING", value: DEFAULT_ARCHITECTURE });
   let alignment = 32;
   const alignmentKv = kvs.find((kv) => kv.key === "general.alignment");
@@ -68,13 +69,21 @@ export function planGguf(source: TensorSource, options: GgufWriteOptions = {}): 
     }
     alignment = value;
   }
-  const recorded = recordedTensorTypes(source.metadata);
+  const recorded = new Map(Object.entries(record?.types ?? {}));
   const quantize = planQuantization(source.tensors, options.quantize ?? [], options.onWarning);
-  const tensors = source.tensors.map((entry) => planTensor(entry, recorded, quantize.get(entry.name)));
+  const tensors = inRecordedOrder(source.tensors, record?.tensors ?? []).map((entry) => planTensor(entry, recorded, quantize.get(entry.name)));
   return { kvs, tensors, alignment };
 }
 
 const encoder = new TextEncoder();
+
+/** The tensors the record lists in its order (the GGUF's, which a sorting format lost), then the others in theirs. */
+function inRecordedOrder(tensors: readonly TensorEntry[], order: readonly string[]): readonly TensorEntry[] {
+  if (order.length === 0) return tensors;
+  const rank = new Map(order.map((name, i) => [name, i]));
+  const listed = tensors.filter((t) => rank.has(t.name)).sort((a, b) => rank.get(a.name)! - rank.get(b.name)!);
+  return [...listed, ...tensors.filter((t) => !rank.has(t.name))];
+}
 
 function planTensor(entry: TensorEntry, recorded: ReadonlyMap<string, string>, quantize: QuantizePlan | undefined): PlannedTensor {
   const { name } = entry;

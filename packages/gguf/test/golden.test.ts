@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { MemorySink, bytesSource, readTensorBytes } from "@st-convert/core";
-import { KV_PREFIX, TENSOR_TYPES_KEY, readGguf, writeGguf } from "@st-convert/gguf";
+import { KV_PREFIX, RECORD_KEY, readGguf, writeGguf } from "@st-convert/gguf";
 import { fixturePath, toHex } from "@st-convert/testing";
 
 interface ManifestTensor {
@@ -74,9 +74,14 @@ describe("gguf-py's files, read", () => {
 
   it("records kept blocks' ggml types in the metadata, and only kept ones", async () => {
     const kept = await readGguf(read("quant.gguf"), { keepQuantized: true });
-    expect(JSON.parse(kept.metadata![TENSOR_TYPES_KEY]!)).toEqual({ q8_0: "Q8_0", q4_0: "Q4_0", q4_k: "Q4_K", q6_k_3d: "Q6_K" });
+    const names = ["q8_0", "q4_0", "q4_k", "q6_k_3d"];
+    expect(JSON.parse(kept.metadata![RECORD_KEY]!)).toEqual({
+      keys: ["general.architecture", "general.quantization_version"],
+      tensors: names,
+      types: { q8_0: "Q8_0", q4_0: "Q4_0", q4_k: "Q4_K", q6_k_3d: "Q6_K" },
+    });
     const dequantized = await readGguf(read("quant.gguf"));
-    expect(dequantized.metadata![TENSOR_TYPES_KEY]).toBeUndefined();
+    expect(JSON.parse(dequantized.metadata![RECORD_KEY]!)).toEqual({ keys: ["general.architecture", "general.quantization_version"], tensors: names });
   });
 
   it("reads the split set through its first file as one checkpoint, without the split keys", async () => {
