@@ -1,59 +1,95 @@
-// TEMPORARY stub so the container code compiles until branch gguf-kernels lands its kernels here
-// (merge takes theirs). Sizes from the ggml type table; the kernels refuse.
-const SIZES: Record<number, [string, number, number]> = {
-  0: ["F32", 1, 4],
-  1: ["F16", 1, 2],
-  2: ["Q4_0", 32, 18],
-  3: ["Q4_1", 32, 20],
-  6: ["Q5_0", 32, 22],
-  7: ["Q5_1", 32, 24],
-  8: ["Q8_0", 32, 34],
-  9: ["Q8_1", 32, 40],
-  10: ["Q2_K", 256, 84],
-  11: ["Q3_K", 256, 110],
-  12: ["Q4_K", 256, 144],
-  13: ["Q5_K", 256, 176],
-  14: ["Q6_K", 256, 210],
-  15: ["Q8_K", 256, 292],
-  16: ["IQ2_XXS", 256, 66],
-  17: ["IQ2_XS", 256, 74],
-  18: ["IQ3_XXS", 256, 98],
-  19: ["IQ1_S", 256, 50],
-  20: ["IQ4_NL", 32, 18],
-  21: ["IQ3_S", 256, 110],
-  22: ["IQ2_S", 256, 82],
-  23: ["IQ4_XS", 256, 136],
-  24: ["I8", 1, 1],
-  25: ["I16", 1, 2],
-  26: ["I32", 1, 4],
-  27: ["I64", 1, 8],
-  28: ["F64", 1, 8],
-  29: ["IQ1_M", 256, 56],
-  30: ["BF16", 1, 2],
-  34: ["TQ1_0", 256, 54],
-  35: ["TQ2_0", 256, 66],
-  39: ["MXFP4", 32, 17],
-  40: ["NVFP4", 64, 36],
-};
-export function ggmlTypeInfo(type: number): { name: string; blockSize: number; typeSize: number } | undefined {
-  const s = SIZES[type];
-  return s === undefined ? undefined : { name: s[0], blockSize: s[1], typeSize: s[2] };
+/**
+ * ggml's block types: geometry, dequantization to F32 bit for bit as gguf-py's `gguf.quants.dequantize`,
+ * and quantization byte for byte as ggml's `ggml_quantize_chunk` without an importance matrix.
+ * Plain JavaScript over typed arrays; nothing here allocates per block.
+ */
+import { GgmlType, type GgmlTypeInfo, ggmlTypeInfo } from "./ggmlTypes.js";
+import { dequantizeQ2_K, dequantizeQ3_K, dequantizeQ4_K, dequantizeQ5_K, dequantizeQ6_K } from "./kQuants.js";
+import {
+  dequantizeQ4_0,
+  dequantizeQ4_1,
+  dequantizeQ5_0,
+  dequantizeQ5_1,
+  dequantizeQ8_0,
+  quantizeQ4_0,
+  quantizeQ4_1,
+  quantizeQ5_0,
+  quantizeQ5_1,
+  quantizeQ8_0,
+} from "./legacy.js";
+import { dequantizeBF16, dequantizeF16, dequantizeF32 } from "./plain.js";
+
+export { GgmlType, type GgmlTypeInfo, ggmlTypeInfo };
+
+type Dequantizer = (src: Uint8Array, dst: Float32Array, blocks: number) => void;
+type Quantizer = (src: Float32Array, dst: Uint8Array, blocks: number) => void;
+
+const DEQUANTIZE = new Map<number, Dequantizer>([
+  [GgmlType.F32, dequantizeF32],
+  [GgmlType.F16, dequantizeF16],
+  [GgmlType.BF16, dequantizeBF16],
+  [GgmlType.Q4_0, dequantizeQ4_0],
+  [GgmlType.Q4_1, dequantizeQ4_1],
+  [GgmlType.Q5_0, dequantizeQ5_0],
+  [GgmlType.Q5_1, dequantizeQ5_1],
+  [GgmlType.Q8_0, dequantizeQ8_0],
+  [GgmlType.Q2_K, dequantizeQ2_K],
+  [GgmlType.Q3_K, dequantizeQ3_K],
+  [GgmlType.Q4_K, dequantizeQ4_K],
+  [GgmlType.Q5_K, dequantizeQ5_K],
+  [GgmlType.Q6_K, dequantizeQ6_K],
+]);
+
+const QUANTIZE = new Map<number, Quantizer>([
+  [GgmlType.Q4_0, quantizeQ4_0],
+  [GgmlType.Q4_1, quantizeQ4_1],
+  [GgmlType.Q5_0, quantizeQ5_0],
+  [GgmlType.Q5_1, quantizeQ5_1],
+  [GgmlType.Q8_0, quantizeQ8_0],
+]);
+
+function geometry(type: number): GgmlTypeInfo {
+  const info = ggmlTypeInfo(type);
+  if (info === undefined) throw new RangeError(`unknown ggml type ${type}`);
+  return info;
 }
+
+/** Whether `dequantizeRows` converts type `type` (every type gguf-py dequantizes, and F32/F16/BF16). */
+export function canDequantize(type: number): boolean {
+  return DEQUANTIZE.has(type);
+}
+
+/**
+ * Dequantizes whole blocks of type `type` to F32: `dst` receives `src.length / typeSize · blockSize`
+ * values, the bits gguf-py's `dequantize` gives (NaNs stay NaNs; their payloads are not promised).
+ * @throws RangeError for a type it cannot convert, or when `src` is not whole blocks or `dst` is not their size.
+ */
 export function dequantizeRows(type: number, src: Uint8Array, dst: Float32Array): void {
-  if (type === 8) {
-    // Q8_0 only, for the container tests until the kernels land.
-    const view = new DataView(src.buffer, src.byteOffset, src.byteLength);
-    for (let b = 0; b < src.byteLength / 34; b++) {
-      const h = view.getUint16(b * 34, true);
-      const e = (h >> 10) & 31,
-        m = h & 1023;
-      const d = (h & 0x8000 ? -1 : 1) * (e === 0 ? m * 2 ** -24 : e === 31 ? (m ? NaN : Infinity) : (1 + m / 1024) * 2 ** (e - 15));
-      for (let i = 0; i < 32; i++) dst[b * 32 + i] = Math.fround(d * view.getInt8(b * 34 + 2 + i));
-    }
-    return;
-  }
-  throw new Error(`dequantizeRows: type ${type} not in the stub`);
+  const info = geometry(type);
+  const kernel = DEQUANTIZE.get(type);
+  if (kernel === undefined) throw new RangeError(`cannot dequantize ggml type ${info.name}`);
+  const blocks = src.length / info.typeSize;
+  if (!Number.isInteger(blocks)) throw new RangeError(`${src.length} bytes are not whole ${info.name} blocks of ${info.typeSize} bytes`);
+  if (dst.length !== blocks * info.blockSize) throw new RangeError(`${blocks} ${info.name} blocks make ${blocks * info.blockSize} values, not ${dst.length}`);
+  kernel(src, dst, blocks);
 }
-export function quantizeRows(type: number, _src: Float32Array, _dst: Uint8Array): void {
-  throw new Error(`quantizeRows: type ${type} not in the stub`);
+
+/** Whether `quantizeRows` makes type `type`. */
+export function canQuantize(type: number): boolean {
+  return QUANTIZE.has(type);
+}
+
+/**
+ * Quantizes F32 values to whole blocks of type `type`, the bytes ggml's `ggml_quantize_chunk` makes
+ * without an importance matrix (blocks never span rows, so any number of whole rows works at once).
+ * @throws RangeError for a type it cannot make, or when `src` is not whole blocks or `dst` is not their size.
+ */
+export function quantizeRows(type: number, src: Float32Array, dst: Uint8Array): void {
+  const info = geometry(type);
+  const kernel = QUANTIZE.get(type);
+  if (kernel === undefined) throw new RangeError(`cannot quantize to ggml type ${info.name}`);
+  const blocks = src.length / info.blockSize;
+  if (!Number.isInteger(blocks)) throw new RangeError(`${src.length} values are not whole ${info.name} blocks of ${info.blockSize}`);
+  if (dst.length !== blocks * info.typeSize) throw new RangeError(`${blocks} ${info.name} blocks take ${blocks * info.typeSize} bytes, not ${dst.length}`);
+  kernel(src, dst, blocks);
 }
