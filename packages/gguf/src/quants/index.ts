@@ -5,6 +5,7 @@
  */
 import { GgmlType, type GgmlTypeInfo, ggmlTypeInfo } from "./ggmlTypes.js";
 import { dequantizeQ2_K, dequantizeQ3_K, dequantizeQ4_K, dequantizeQ5_K, dequantizeQ6_K } from "./kQuants.js";
+import { quantizeQ2_K, quantizeQ3_K, quantizeQ4_K, quantizeQ5_K, quantizeQ6_K } from "./kQuantize.js";
 import {
   dequantizeQ4_0,
   dequantizeQ4_1,
@@ -46,6 +47,11 @@ const QUANTIZE = new Map<number, Quantizer>([
   [GgmlType.Q5_0, quantizeQ5_0],
   [GgmlType.Q5_1, quantizeQ5_1],
   [GgmlType.Q8_0, quantizeQ8_0],
+  [GgmlType.Q2_K, quantizeQ2_K],
+  [GgmlType.Q3_K, quantizeQ3_K],
+  [GgmlType.Q4_K, quantizeQ4_K],
+  [GgmlType.Q5_K, quantizeQ5_K],
+  [GgmlType.Q6_K, quantizeQ6_K],
 ]);
 
 function geometry(type: number): GgmlTypeInfo {
