@@ -18,7 +18,19 @@ import {
   quantizeQ5_1,
   quantizeQ8_0,
 } from "./legacy.js";
+import {
+  dequantizeIQ1_M,
+  dequantizeIQ1_S,
+  dequantizeIQ2_S,
+  dequantizeIQ2_XS,
+  dequantizeIQ2_XXS,
+  dequantizeIQ3_S,
+  dequantizeIQ3_XXS,
+  dequantizeIQ4_NL,
+  dequantizeIQ4_XS,
+} from "./iQuants.js";
 import { dequantizeBF16, dequantizeF16, dequantizeF32 } from "./plain.js";
+import { dequantizeMXFP4, dequantizeNVFP4, dequantizeTQ1_0, dequantizeTQ2_0, quantizeMXFP4, quantizeTQ1_0, quantizeTQ2_0 } from "./smallFloats.js";
 
 export { GgmlType, type GgmlTypeInfo, ggmlTypeInfo };
 
@@ -39,6 +51,19 @@ const DEQUANTIZE = new Map<number, Dequantizer>([
   [GgmlType.Q4_K, dequantizeQ4_K],
   [GgmlType.Q5_K, dequantizeQ5_K],
   [GgmlType.Q6_K, dequantizeQ6_K],
+  [GgmlType.IQ2_XXS, dequantizeIQ2_XXS],
+  [GgmlType.IQ2_XS, dequantizeIQ2_XS],
+  [GgmlType.IQ2_S, dequantizeIQ2_S],
+  [GgmlType.IQ3_XXS, dequantizeIQ3_XXS],
+  [GgmlType.IQ3_S, dequantizeIQ3_S],
+  [GgmlType.IQ1_S, dequantizeIQ1_S],
+  [GgmlType.IQ1_M, dequantizeIQ1_M],
+  [GgmlType.IQ4_NL, dequantizeIQ4_NL],
+  [GgmlType.IQ4_XS, dequantizeIQ4_XS],
+  [GgmlType.TQ1_0, dequantizeTQ1_0],
+  [GgmlType.TQ2_0, dequantizeTQ2_0],
+  [GgmlType.MXFP4, dequantizeMXFP4],
+  [GgmlType.NVFP4, dequantizeNVFP4],
 ]);
 
 const QUANTIZE = new Map<number, Quantizer>([
@@ -52,6 +77,9 @@ const QUANTIZE = new Map<number, Quantizer>([
   [GgmlType.Q4_K, quantizeQ4_K],
   [GgmlType.Q5_K, quantizeQ5_K],
   [GgmlType.Q6_K, quantizeQ6_K],
+  [GgmlType.TQ1_0, quantizeTQ1_0],
+  [GgmlType.TQ2_0, quantizeTQ2_0],
+  [GgmlType.MXFP4, quantizeMXFP4],
 ]);
 
 function geometry(type: number): GgmlTypeInfo {

@@ -50,8 +50,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
   let bestError = 0;
   for (let i = 0; i < n; i++) {
     const xi = x[xo + i]!;
-    let l = nearestInt(fr(iscale * fr(xi - min)));
-    l = l < 0 ? 0 : l > nmax ? nmax : l;
+    const l = clampInt(nearestInt(fr(iscale * fr(xi - min))), 0, nmax);
     L[lo + i] = l;
     let diff = fr(fr(fr(scale * l) + min) - xi);
     diff = useMad ? Math.abs(diff) : fr(diff * diff);
@@ -69,8 +68,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     let sumXL = 0;
     for (let i = 0; i < n; i++) {
       const xi = x[xo + i]!;
-      let l = nearestInt(fr(iscale * fr(xi - min)));
-      l = l < 0 ? 0 : l > nmax ? nmax : l;
+      const l = clampInt(nearestInt(fr(iscale * fr(xi - min))), 0, nmax);
       laux[i] = l;
       const wl = fr(weights[i]! * l);
       sumL = fr(sumL + wl);
@@ -119,7 +117,7 @@ function signedAbsMax(x: Float32Array, xo: number, n: number): number {
 }
 
 function clampInt(l: number, lo: number, hi: number): number {
-  return l < lo ? lo : l > hi ? hi : l;
+  return Math.min(hi, Math.max(lo, l));
 }
 
 /** ggml's `make_qx_quants` with rmse_type 1 and no weights (Q6_K): levels into signedLevels (offset by nmax). */
