@@ -389,11 +389,11 @@ async function readTensorInfo(c: Cursor, i: number, names: Set<string>): Promise
     throw fail("InvalidTensorType", `${info.name} rows of ${all[0]} elements are not whole blocks of ${info.blockSize}`, c.file, name);
   }
   const byteLength = (elements / BigInt(info.blockSize)) * BigInt(info.typeSize);
+  // ggml's bound is 2^64 bytes; past 2^53 no file holds it either, and numbers stay exact below.
+  if (byteLength > BigInt(Number.MAX_SAFE_INTEGER))
+    throw fail("InvalidShape", `ne [${ne.join(", ")}] of ${info.name} takes ${byteLength} bytes, past any file`, c.file, name);
   const offset = c.u64();
-  // Past 2^53 no file holds it; ggml's own bound is 2^64.
-  if (byteLength > BigInt(Number.MAX_SAFE_INTEGER) || offset > BigInt(Number.MAX_SAFE_INTEGER)) {
-    throw fail("InvalidOffset", `data of ${byteLength} bytes at offset ${offset} lies past any file`, c.file, name);
-  }
+  if (offset > BigInt(Number.MAX_SAFE_INTEGER)) throw fail("InvalidOffset", `data at offset ${offset}, past any file`, c.file, name);
   return { name, ne: ne.map(Number), type, offset: Number(offset), byteLength: Number(byteLength) };
 }
 
