@@ -2,7 +2,7 @@
  * The library API behind the command: `convert()` one file into another, `inspect()` a file.
  * Both behave exactly as the CLI does (same formats, same checks, same atomic output).
  */
-import { basename } from "node:path";
+import { basename, join } from "node:path";
 import {
   type ByteSink,
   type ByteSource,
@@ -177,8 +177,18 @@ export async function convertInto(
         // A notice every shard's writer gives alike (metadata a format has no place for) is said once.
         const noticed = new Set<string>();
         try {
+          const splitSet = outputFormat.splitSet;
           const written = await writeShards(observed.source, sharding.target, split ?? sharding.maxShardSize, {
             force: options.force ?? false,
+            splitSet:
+              splitSet === undefined
+                ? undefined
+                : (source, weightsName) =>
+                    splitSet.plan(source, sharding.maxShardSize, weightsName, {
+                      options: options.formatOptions ?? {},
+                      onWarning: warnFor(join(sharding.target.dir, weightsName)),
+                      fileName: join(sharding.target.dir, weightsName),
+                    }),
             write: async (part, sink, fileName) => {
               const onWarning = (message: string) => {
                 if (noticed.has(message)) return;
@@ -267,7 +277,14 @@ async function shardingOf(
   const named = basename(output).replace(/\.index\.json$/i, "");
   const format =
     options.to !== undefined ? formatByName(options.to, formats, "write") : (formatByExtension(named, formats) ?? formatByName("safetensors", formats));
-  if (!shardable(format)) throw new StConvertError("InvalidOption", `--max-shard-size applies to safetensors and torch outputs, not ${format.name}`);
+  if (!shardable(format))
+    throw new StConvertError(
+      "InvalidOption",
+      `--max-shard-size applies to ${formats
+        .filter(shardable)
+        .map((f) => f.name)
+        .join(", ")} outputs, not ${format.name}`,
+    );
   return { format, target: await shardTarget(output, format), maxShardSize };
 }
 

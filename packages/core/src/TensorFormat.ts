@@ -66,6 +66,16 @@ export interface StoredForm {
   readonly bytes: number;
 }
 
+/** One file of a format's own split set (see {@link TensorFormat.splitSet}). */
+export interface SplitFile {
+  /** Its file name, beside the others. */
+  readonly name: string;
+  /** The tensors it holds. */
+  readonly tensors: readonly TensorEntry[];
+  /** Writes the whole file to the sink; the caller closes or aborts the sink. */
+  write(sink: ByteSink): Promise<void>;
+}
+
 /** A file format: how to recognise, read and write it. */
 export interface TensorFormat {
   /** Short name used by `--from`/`--to`, e.g. `"safetensors"`. */
@@ -109,6 +119,17 @@ export interface TensorFormat {
   describeMetadata?(key: string, value: string): string | undefined;
   /** How the file stores a tensor this format's reader listed, where that differs from its dtype (for `info`). */
   storedForm?(entry: TensorEntry): StoredForm | undefined;
+  /**
+   * A split convention of the format's own, which `--max-shard-size` follows instead of
+   * huggingface_hub's split and index (GGUF's split sets: `model-0000k-of-0000N.gguf`, each file
+   * a GGUF of its own, no index).
+   */
+  readonly splitSet?: {
+    /** The checkpoint's name when the output is a folder (`model.gguf`). */
+    readonly defaultName: string;
+    /** The files of the set, in order, named after `weightsName`; one file, so named, when nothing needs splitting. */
+    plan(tensors: TensorSource, maxShardSize: number, weightsName: string, context: FormatContext): Promise<readonly SplitFile[]>;
+  };
   /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */
   open(source: ByteSource, context: FormatContext): Promise<TensorSource>;
   /** Writes tensors to the sink. The caller closes or aborts the sink. */

@@ -82,6 +82,13 @@ export const ggufFormat: TensorFormat = {
       openSibling: context.openSibling,
     });
   },
+  splitSet: {
+    defaultName: "model.gguf",
+    async plan(tensors, maxShardSize, weightsName, context) {
+      const { planSplitSet } = await writerModule();
+      return planSplitSet(tensors, maxShardSize, weightsName, { quantize: stringListOption(context.options, "quantize"), onWarning: context.onWarning });
+    },
+  },
   async write(tensors, sink, context) {
     const { writeGguf } = await writerModule();
     await writeGguf(tensors, sink, { quantize: stringListOption(context.options, "quantize"), onWarning: context.onWarning });

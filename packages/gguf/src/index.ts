@@ -9,7 +9,9 @@ export {
   type GgufWriteOptions,
   type PlannedTensor,
   planGguf,
+  planSplitSet,
   serializeHeader,
+  splitName,
   writeGguf,
   writePlan,
 } from "./writeGguf.js";

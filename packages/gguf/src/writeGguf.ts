@@ -310,6 +310,53 @@ export async function writePlan(plan: GgufPlan, sink: ByteSink): Promise<void> {
   }
 }
 
+/** `NAME-0000k-of-0000N.gguf`, as GGUFWriter names the files of a split set. */
+export function splitName(weightsName: string, k: number, n: number): string {
+  const stem = weightsName.replace(/\.gguf$/i, "");
+  return `${stem}-${String(k).padStart(5, "0")}-of-${String(n).padStart(5, "0")}.gguf`;
+}
+
+/**
+ * The files of a split set of at most `maxShardSize` tensor bytes each, as gguf-py's
+ * `GGUFWriter(split_max_size=…)` makes it: tensors in order, a new file when the open one holds a
+ * tensor and the next would take its bytes (padding not counted) past the limit; every file a GGUF
+ * of its own with `split.no` (UINT16), `split.count` (UINT16) and `split.tensors.count` (INT32)
+ * after its keys, the first holding the model's keys, the others only those three. One file, named
+ * `weightsName` and without split keys, when nothing needs splitting.
+ */
+export function planSplitSet(
+  source: TensorSource,
+  maxShardSize: number,
+  weightsName: string,
+  options: GgufWriteOptions = {},
+): { name: string; tensors: TensorEntry[]; write(sink: ByteSink): Promise<void> }[] {
+  const plan = planGguf(source, options);
+  const groups: PlannedTensor[][] = [[]];
+  let size = 0;
+  for (const t of plan.tensors) {
+    const open = groups[groups.length - 1]!;
+    if (open.length > 0 && size + t.byteLength > maxShardSize) {
+      groups.push([]);
+      size = 0;
+    }
+    groups[groups.length - 1]!.push(t);
+    size += t.byteLength;
+  }
+  const file = (name: string, part: GgufPlan) => ({ name, tensors: part.tensors.map((t) => t.entry), write: (sink: ByteSink) => writePlan(part, sink) });
+  if (groups.length === 1) return [file(weightsName, plan)];
+  const n = groups.length;
+  const total = plan.tensors.length;
+  return groups.map((tensors, k) => {
+    const split: GgufKv[] = [
+      { key: "split.no", type: "UINT16", value: k },
+      { key: "split.count", type: "UINT16", value: n },
+      { key: "split.tensors.count", type: "INT32", value: total },
+    ];
+    const kvs = [...(k === 0 ? plan.kvs.filter((kv) => !split.some((s) => s.key === kv.key)) : []), ...split];
+    return file(splitName(weightsName, k + 1, n), { kvs, tensors, alignment: plan.alignment });
+  });
+}
+
 /** The type names GGUF metadata values can have, for messages. */
 export const VALUE_TYPE_NAMES: readonly string[] = VALUE_TYPES;
 
