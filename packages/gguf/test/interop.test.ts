@@ -8,15 +8,15 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { MemorySink, type TensorEntry, createMetadata, tensorFromBytes } from "@st-convert/core";
-import { RECORD_KEY, planSplitSet, writeGguf } from "@st-convert/gguf";
-import { Random, describeInterop, runPython, toHex } from "@st-convert/testing";
+import { MemorySink, type TensorEntry, createMetadata, readTensorBytes, tensorFromBytes } from "@st-convert/core";
+import { RECORD_KEY, planSplitSet, readGguf, writeGguf } from "@st-convert/gguf";
+import { Random, describeGgml, describeInterop, runPython, toHex } from "@st-convert/testing";
 
 const dir = mkdtempSync(join(tmpdir(), "gguf-interop-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 type SpecKey = [key: string, type: string, value: unknown, itemType?: string];
-type SpecTensor = [name: string, ggmlType: string, shape: number[], hex: string];
+type SpecTensor = [name: string, ggmlType: string, shape: number[], hex: string, how?: "quantize"];
 
 const KEYS: SpecKey[] = [
   ["general.name", "STRING", "interop ✓"],
@@ -136,5 +136,52 @@ describeInterop("gguf-py", (python) => {
     const read = JSON.parse(runPython(python, "reference_gguf.py", ["read", path]));
     expect(read.keys).toEqual({ "general.architecture": { type: "STRING", value: "unknown" }, format: { type: "STRING", value: "pt" } });
     expect(read.tensors).toEqual([{ name: "w", type: "F32", shape: [2, 3], stored_shape: [2, 3], bytes: toHex(bytes) }]);
+  });
+});
+
+/** F32 rows of a normal-ish spread, with an outlier and zeros, as the quantizers meet them. */
+function rows(n: number): Float32Array {
+  const values = new Float32Array(n);
+  for (let i = 0; i < n; i++) values[i] = (random.uint32() / 2 ** 32 - 0.5) * 4 * Math.cos(i);
+  values[7] = 40;
+  values.fill(0, 64, 96);
+  return values;
+}
+
+describeInterop("--quantize against gguf-py", (python) => {
+  it.each(["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])("%s: the file GGUFWriter writes for gguf.quants.quantize's blocks", async (type) => {
+    const values = rows(4 * 256);
+    const hex = toHex(new Uint8Array(values.buffer));
+    const specPath = join(dir, `q-${type}.json`);
+    writeFileSync(specPath, JSON.stringify({ arch: "llama", keys: [], tensors: [["w", type, [4, 256], hex, "quantize"]] }));
+    const [file] = JSON.parse(runPython(python, "reference_gguf.py", ["write", specPath, join(dir, `q-${type}.gguf`)])) as string[];
+    const sink = new MemorySink();
+    const metadata = createMetadata([["general.architecture", "llama"]]);
+    await writeGguf({ metadata, tensors: [tensorFromBytes({ name: "w", dtype: "F32", shape: [4, 256] }, new Uint8Array(values.buffer))] }, sink, {
+      quantize: [type],
+    });
+    expect(toHex(sink.bytes())).toBe(toHex(readFileSync(file!)));
+  });
+});
+
+describeGgml("--quantize against ggml's C", (oracle) => {
+  it.each([
+    ["Q2_K", 10],
+    ["Q3_K", 11],
+    ["Q4_K", 12],
+    ["Q5_K", 13],
+    ["Q6_K", 14],
+    ["TQ1_0", 34],
+    ["TQ2_0", 35],
+    ["MXFP4", 39],
+  ] as const)("%s: the blocks ggml_quantize_chunk makes", async (type, id) => {
+    const values = rows(3 * 512);
+    const sink = new MemorySink();
+    await writeGguf({ metadata: null, tensors: [tensorFromBytes({ name: "w", dtype: "F32", shape: [3, 512] }, new Uint8Array(values.buffer))] }, sink, {
+      quantize: [type],
+    });
+    const file = await readGguf(sink.bytes(), { keepQuantized: true });
+    expect(file.tensors[0]!.ggmlType).toBe(type);
+    expect(toHex(await readTensorBytes(file.tensors[0]!))).toBe(toHex(oracle.quantize(id, values, 512)));
   });
 });
