@@ -23,7 +23,7 @@ export interface GgufWriteOptions {
   readonly onWarning?: (message: string) => void;
 }
 
-/** `general.architecture` when neither the metadata nor `--metadata` gives one. */
+/** `general.architecture` when neither the metadata nor `--metadata` gives one, and the input was no GGUF. */
 export const DEFAULT_ARCHITECTURE = "unknown";
 
 /** GGUF's version this writer writes, as gguf-py does. */
@@ -56,7 +56,10 @@ export interface GgufPlan {
 export function planGguf(source: TensorSource, options: GgufWriteOptions = {}): GgufPlan {
   const record = readRecord(source.metadata);
   const kvs = metadataToKvs(source.metadata, record);
-  if (!kvs.some((kv) => kv.key === "general.architecture")) kvs.unshift({ key: "general.architecture", type: "STRING", value: DEFAULT_ARCHITECTURE });
+  // A GGUF's own keys (its record says it was one) are written as they were, with or without one.
+  if (record === undefined && !kvs.some((kv) => kv.key === "general.architecture")) {
+    kvs.unshift({ key: "general.architecture", type: "STRING", value: DEFAULT_ARCHITECTURE });
+  }
   let alignment = 32;
   const alignmentKv = kvs.find((kv) => kv.key === "general.alignment");
   if (alignmentKv !== undefined) {
