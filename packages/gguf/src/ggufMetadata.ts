@@ -49,13 +49,20 @@ export function encodeValue(value: GgufValue): string {
 export function metadataToKvs(metadata: Metadata | null, record: GgufRecord | undefined = readRecord(metadata)): GgufKv[] {
   const kvs = new Map<string, GgufKv | undefined>();
   for (const key of record?.keys ?? []) kvs.set(key, undefined);
-  const entries = Object.entries(metadata ?? {}).filter(([entry]) => entry !== RECORD_KEY);
-  // Typed entries first, then plain ones: a plain key beside a typed one of the same name was added
-  // by --metadata and wins, in whatever order the metadata came (safetensors sorts it).
-  for (const [entry, text] of entries) {
-    if (entry.startsWith(KV_PREFIX)) kvs.set(entry.slice(KV_PREFIX.length), { key: entry.slice(KV_PREFIX.length), ...decodeValue(entry, text) });
+  const plain = new Set<string>();
+  // In the metadata's order, each key where it first appears; a plain key beside a typed one of the
+  // same name was added by --metadata and wins, in whatever order the two came (safetensors sorts them).
+  for (const [entry, text] of Object.entries(metadata ?? {})) {
+    if (entry === RECORD_KEY) continue;
+    if (!entry.startsWith(KV_PREFIX)) {
+      plain.add(entry);
+      kvs.set(entry, { key: entry, type: "STRING", value: text });
+      continue;
+    }
+    const key = entry.slice(KV_PREFIX.length);
+    const value = decodeValue(entry, text);
+    if (!plain.has(key)) kvs.set(key, { key, ...value });
   }
-  for (const [entry, text] of entries) if (!entry.startsWith(KV_PREFIX)) kvs.set(entry, { key: entry, type: "STRING", value: text });
   return [...kvs.values()].filter((kv): kv is GgufKv => kv !== undefined);
 }
 
