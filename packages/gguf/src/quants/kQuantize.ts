@@ -18,12 +18,59 @@ const levels = new Uint8Array(256);
 const signedLevels = new Int8Array(256);
 const subScales = new Float32Array(16);
 const subMins = new Float32Array(16);
-/** make_qkx2_quants' second result: the min it settled on, negated. */
-let qkx2Min = 0;
+/** make_qkx2_quants' second result (the min it settled on, negated), kept out of a module `let` so no number is boxed. */
+const qkx2Out = new Float64Array(1);
+/** x − min for the current min, as float32. */
+const shifted = new Float32Array(32);
+
+const prefixL = new Float64Array(32);
+const prefixL2 = new Float64Array(32);
+const prefixXL = new Float64Array(32);
+
+/** 2^-23: twice float32's unit roundoff, bounding the three roundings of s·l + m − x relative to their operands. */
+const ROUNDING_BOUND = 1.2e-7;
+
+/**
+ * Whether the float32 error make_qkx2_quants computes for levels `laux`, scale `s` and min `m` is
+ * certainly not below `best`, judged in double without the float32 roundings: each difference
+ * s·l + m − x is off its exact value by at most ROUNDING_BOUND·(|s·l| + |s·l + m| + |exact|) (plus
+ * an absolute 2^-147 for subnormal results), the square, the weight and the 32 sums by a relative
+ * 40·2^-24 at most and an absolute 1e-40 in all. A lower bound that still exceeds `best` means the
+ * exact computation would reject the candidate too; NaN and infinities fall to the exact computation.
+ */
+function surelyWorse(x: Float32Array, xo: number, n: number, s: number, m: number, useMad: boolean, best: number): boolean {
+  let lower = 0;
+  for (let i = 0; i < n; i++) {
+    const sl = s * laux[i]!;
+    const slm = sl + m;
+    const exact = Math.abs(slm - x[xo + i]!);
+    const a = exact - (ROUNDING_BOUND * (sl < 0 ? -sl : sl) + ROUNDING_BOUND * Math.abs(slm) + ROUNDING_BOUND * exact + 2 ** -147);
+    if (a > 0) lower += weights[i]! * (useMad ? a : a * a);
+  }
+  return lower * (1 - 1e-5) - 1e-40 > best;
+}
+
+/** 1.5·2^52: adding and subtracting it rounds a double to an integer, half to even. */
+const ROUND_DOUBLE = 6755399441055744;
+
+/**
+ * ggml's `nearest_int(t)` for a float32 t, clamped to 0..nmax. C adds 1.5·2^23 in float32 and reads
+ * the low mantissa bits: for |t| < 2^22 that is t rounded half to even, which the double trick gives
+ * without a float32 rounding; beyond, ggml's bit trick itself (its results there are not roundings).
+ */
+function level(t: number, nmax: number): number {
+  const r = t + ROUND_DOUBLE - ROUND_DOUBLE;
+  const l = r >= -4194304 && r <= 4194303 ? r | 0 : nearestInt(t);
+  return l < 0 ? 0 : l > nmax ? nmax : l;
+}
 
 /**
  * ggml's `make_qkx2_quants`: a scale and a min for `n` values of `x` at `xo` with weights, levels
- * 0..nmax into `L` at `lo`, searching `nstep + 1` candidate scales. Returns the scale; sets qkx2Min.
+ * 0..nmax into `L` at `lo`, searching `nstep + 1` candidate scales. Returns the scale; the min goes to qkx2Out.
+ *
+ * A candidate whose levels equal the previous candidate's has the same sums, scale, min and error, so
+ * it cannot win (an equal error is not an improvement): it is skipped, which halves the work and
+ * changes no result.
  */
 function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8Array, lo: number, rmin: number, nstep: number, useMad: boolean): number {
   let min = x[xo]!;
@@ -42,38 +89,53 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
   if (min > 0) min = 0;
   if (max === min) {
     L.fill(0, lo, lo + n);
-    qkx2Min = -min;
+    qkx2Out[0] = -min;
     return 0;
   }
+  for (let i = 0; i < n; i++) shifted[i] = x[xo + i]! - min;
   let iscale = fr(nmax / fr(max - min));
   let scale = fr(1 / iscale);
   let bestError = 0;
   for (let i = 0; i < n; i++) {
-    const xi = x[xo + i]!;
-    const l = clampInt(nearestInt(fr(iscale * fr(xi - min))), 0, nmax);
+    const l = level(fr(iscale * shifted[i]!), nmax);
     L[lo + i] = l;
-    let diff = fr(fr(fr(scale * l) + min) - xi);
+    let diff = fr(fr(fr(scale * l) + min) - x[xo + i]!);
     diff = useMad ? Math.abs(diff) : fr(diff * diff);
     bestError = fr(bestError + fr(weights[i]! * diff));
   }
   if (nstep < 1) {
-    qkx2Min = -min;
+    qkx2Out[0] = -min;
     return scale;
   }
+  // the sums after each element for the last candidate summed: a candidate whose first f levels are
+  // unchanged resumes the (sequential, float32) sums at f, with the same bits
+  let summed = false;
   for (let is = 0; is <= nstep; is++) {
     // max − min again each time: min follows the best candidate so far
     iscale = fr(fr(fr(rmin + fr(TENTH * is)) + nmax) / fr(max - min));
-    let sumL = 0;
-    let sumL2 = 0;
-    let sumXL = 0;
+    let first = n;
     for (let i = 0; i < n; i++) {
-      const xi = x[xo + i]!;
-      const l = clampInt(nearestInt(fr(iscale * fr(xi - min))), 0, nmax);
-      laux[i] = l;
+      const l = level(fr(iscale * shifted[i]!), nmax);
+      if (l !== laux[i]) {
+        if (first === n) first = i;
+        laux[i] = l;
+      }
+    }
+    if (!summed) first = 0;
+    else if (first === n) continue; // the same levels as the last candidate: the same error, no improvement
+    summed = true;
+    let sumL = first > 0 ? prefixL[first - 1]! : 0;
+    let sumL2 = first > 0 ? prefixL2[first - 1]! : 0;
+    let sumXL = first > 0 ? prefixXL[first - 1]! : 0;
+    for (let i = first; i < n; i++) {
+      const l = laux[i]!;
       const wl = fr(weights[i]! * l);
       sumL = fr(sumL + wl);
       sumL2 = fr(sumL2 + fr(wl * l));
-      sumXL = fr(sumXL + fr(wl * xi));
+      sumXL = fr(sumXL + fr(wl * x[xo + i]!));
+      prefixL[i] = sumL;
+      prefixL2[i] = sumL2;
+      prefixXL[i] = sumXL;
     }
     const D = fr(fr(sumW * sumL2) - fr(sumL * sumL));
     if (D > 0) {
@@ -83,6 +145,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         thisMin = 0;
         thisScale = fr(sumXL / sumL2);
       }
+      if (surelyWorse(x, xo, n, thisScale, thisMin, useMad, bestError)) continue;
       let curError = 0;
       for (let i = 0; i < n; i++) {
         let diff = fr(fr(fr(thisScale * laux[i]!) + thisMin) - x[xo + i]!);
@@ -90,14 +153,17 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         curError = fr(curError + fr(weights[i]! * diff));
       }
       if (curError < bestError) {
-        L.set(laux.subarray(0, n), lo);
+        for (let i = 0; i < n; i++) L[lo + i] = laux[i]!;
         bestError = curError;
         scale = thisScale;
-        min = thisMin;
+        if (thisMin !== min) {
+          min = thisMin;
+          for (let i = 0; i < n; i++) shifted[i] = x[xo + i]! - min;
+        }
       }
     }
   }
-  qkx2Min = -min;
+  qkx2Out[0] = -min;
   return scale;
 }
 
@@ -230,7 +296,7 @@ export function quantizeQ2_K(src: Float32Array, dst: Uint8Array, blocks: number)
       for (let l = 0; l < 16; l++) weights[l] = Math.abs(src[x + 16 * j + l]!);
       const scale = makeQkx2(src, x + 16 * j, 16, 3, levels, 16 * j, -0.5, 15, true);
       subScales[j] = scale;
-      subMins[j] = qkx2Min;
+      subMins[j] = qkx2Out[0]!;
       if (scale > maxScale) maxScale = scale;
       if (subMins[j]! > maxMin) maxMin = subMins[j]!;
     }
@@ -329,7 +395,7 @@ function kScalesAndLevels(src: Float32Array, x: number, dst: Uint8Array, o: numb
     for (let l = 0; l < 32; l++) weights[l] = avX + Math.abs(src[xo + l]!);
     const scale = makeQkx2(src, xo, 32, nmax, levels, 32 * j, rmin, nstep, false);
     subScales[j] = scale;
-    subMins[j] = qkx2Min;
+    subMins[j] = qkx2Out[0]!;
     if (scale > maxScale) maxScale = scale;
     if (subMins[j]! > maxMin) maxMin = subMins[j]!;
   }
