@@ -50,6 +50,39 @@ function surelyWorse(x: Float32Array, xo: number, n: number, s: number, m: numbe
   return lower * (1 - 1e-5) - 1e-40 > best;
 }
 
+const ceiling = new Float64Array(32);
+/** (1 − 2^-20): a level's ceiling sits this far below the exact crossing, far more than float32's and double's roundings. */
+const CEILING_MARGIN = 1 - 2 ** -20;
+/**
+ * Σw, Σw·x, Σw·|x|, Σw·x² in double for the values make_qkx2 works on. A typed array, not module
+ * `let`s: V8 boxes every double written to a module variable, and those allocations cost more than the work.
+ */
+const moments = new Float64Array(4);
+
+/**
+ * surelyWorse for the squared error, from moments in O(1): E(s, m) = Σw·(s·l + m − x)² expanded over
+ * the double moments (its evaluation error is far below 1e-12 of the sum of the magnitudes of its
+ * terms); the float32 differences are each off by at most e = ROUNDING_BOUND·(|s·l| + |s·l + m| + |D|),
+ * and Σw·(|D| − e)₊² ≥ E − 2·√(E·Σw·e²) (Cauchy–Schwarz), Σw·e² ≤ 3·ROUNDING_BOUND²·Σw·((s·l)² +
+ * (s·l + m)² + D²), all three sums again moments.
+ */
+function surelyWorseSquared(s: number, m: number, mL: number, mLL: number, mXL: number, mAXL: number, best: number): boolean {
+  const momentW = moments[0]!;
+  const momentX = moments[1]!;
+  const momentAX = moments[2]!;
+  const momentXX = moments[3]!;
+  const sll = s * s * mLL;
+  const cross = 2 * s * m * mL;
+  const mm = m * m * momentW;
+  const e = momentXX - 2 * s * mXL - 2 * m * momentX + sll + cross + mm;
+  const magnitude = momentXX + 2 * Math.abs(s) * mAXL + 2 * Math.abs(m) * momentAX + sll + Math.abs(cross) + mm;
+  const slack = 1e-12 * magnitude;
+  const upper = e + slack;
+  const spread = 3 * ROUNDING_BOUND * ROUNDING_BOUND * 2 * (2 * sll + Math.abs(cross) + mm + upper + slack) + 2 * momentW * 2 ** -294;
+  const lower = (1 - 1e-5) * (e - slack - 2 * Math.sqrt(upper * spread)) - 1e-40;
+  return lower > best;
+}
+
 /** 1.5·2^52: adding and subtracting it rounds a double to an integer, half to even. */
 const ROUND_DOUBLE = 6755399441055744;
 
@@ -93,6 +126,22 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     return 0;
   }
   for (let i = 0; i < n; i++) shifted[i] = x[xo + i]! - min;
+  let momentW = 0;
+  let momentX = 0;
+  let momentAX = 0;
+  let momentXX = 0;
+  for (let i = 0; i < n; i++) {
+    const w = weights[i]!;
+    const xi = x[xo + i]!;
+    momentW += w;
+    momentX += w * xi;
+    momentAX += w * Math.abs(xi);
+    momentXX += w * xi * xi;
+  }
+  moments[0] = momentW;
+  moments[1] = momentX;
+  moments[2] = momentAX;
+  moments[3] = momentXX;
   let iscale = fr(nmax / fr(max - min));
   let scale = fr(1 / iscale);
   let bestError = 0;
@@ -107,18 +156,56 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     qkx2Out[0] = -min;
     return scale;
   }
-  // the sums after each element for the last candidate summed: a candidate whose first f levels are
-  // unchanged resumes the (sequential, float32) sums at f, with the same bits
+  // Levels: the candidates' iscale grows with `is` while min stays, so each level can only grow; a
+  // level l of x − min = v cannot change while iscale·v < (l + ½)(1 − 2^-20) (the float32 product
+  // then rounds below l + ½; the double product is exact), so each element keeps that bound (`ceiling`)
+  // and is recomputed only past it. After min changes, or for an iscale that is not positive, every level is recomputed.
+  let fresh = true;
   let summed = false;
+  // double moments of the current levels, for the error screen (not for any result)
+  let mL = 0;
+  let mLL = 0;
+  let mXL = 0;
+  let mAXL = 0;
   for (let is = 0; is <= nstep; is++) {
     // max − min again each time: min follows the best candidate so far
     iscale = fr(fr(fr(rmin + fr(TENTH * is)) + nmax) / fr(max - min));
     let first = n;
-    for (let i = 0; i < n; i++) {
-      const l = level(fr(iscale * shifted[i]!), nmax);
-      if (l !== laux[i]) {
-        if (first === n) first = i;
-        laux[i] = l;
+    if (fresh || !(iscale > 0)) {
+      mL = mLL = mXL = mAXL = 0;
+      for (let i = 0; i < n; i++) {
+        const v = shifted[i]!;
+        const l = level(fr(iscale * v), nmax);
+        if (l !== laux[i]) {
+          if (first === n) first = i;
+          laux[i] = l;
+        }
+        ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
+        const w = weights[i]!;
+        const xi = x[xo + i]!;
+        mL += w * l;
+        mLL += w * l * l;
+        mXL += w * xi * l;
+        mAXL += w * Math.abs(xi) * l;
+      }
+      fresh = !(iscale > 0);
+    } else {
+      for (let i = 0; i < n; i++) {
+        const v = shifted[i]!;
+        if (iscale * v < ceiling[i]!) continue;
+        const l = level(fr(iscale * v), nmax);
+        const old = laux[i]!;
+        if (l !== old) {
+          if (first === n) first = i;
+          laux[i] = l;
+          const w = weights[i]!;
+          const xi = x[xo + i]!;
+          mL += w * (l - old);
+          mLL += w * (l * l - old * old);
+          mXL += w * xi * (l - old);
+          mAXL += w * Math.abs(xi) * (l - old);
+        }
+        ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
       }
     }
     if (!summed) first = 0;
@@ -145,7 +232,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         thisMin = 0;
         thisScale = fr(sumXL / sumL2);
       }
-      if (surelyWorse(x, xo, n, thisScale, thisMin, useMad, bestError)) continue;
+      if (useMad ? surelyWorse(x, xo, n, thisScale, thisMin, true, bestError) : surelyWorseSquared(thisScale, thisMin, mL, mLL, mXL, mAXL, bestError)) continue;
       let curError = 0;
       for (let i = 0; i < n; i++) {
         let diff = fr(fr(fr(thisScale * laux[i]!) + thisMin) - x[xo + i]!);
@@ -159,6 +246,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         if (thisMin !== min) {
           min = thisMin;
           for (let i = 0; i < n; i++) shifted[i] = x[xo + i]! - min;
+          fresh = true;
         }
       }
     }
