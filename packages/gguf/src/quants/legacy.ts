@@ -3,7 +3,7 @@
  * `dequantize_blocks` operation by operation; quantization follows ggml's `quantize_row_*_ref`
  * (which gguf-py's `quantize_blocks` equals), every float32 operation rounded as C rounds it.
  */
-import { floatToHalf, halfToFloatTable, roundAway } from "./floatBits.js";
+import { floatToHalf, halfToFloatTable } from "./floatBits.js";
 
 const fr = Math.fround;
 
@@ -214,6 +214,10 @@ export function quantizeQ8_0(src: Float32Array, dst: Uint8Array, blocks: number)
     const h = floatToHalf(d);
     dst[o] = h & 0xff;
     dst[o + 1] = h >> 8;
-    for (let j = 0; j < 32; j++) dst[o + 2 + j] = roundAway(fr(src[i + j]! * id)) & 0xff;
+    for (let j = 0; j < 32; j++) {
+      // roundf, half away from zero: v ± ½ is exact in double and |0 truncates (NaN gives 0, as C's conversion)
+      const v = fr(src[i + j]! * id);
+      dst[o + 2 + j] = (v + (v < 0 ? -0.5 : 0.5)) | 0;
+    }
   }
 }
