@@ -61,6 +61,21 @@ describe("the entry points", () => {
     expect(all.sort()).toEqual([...DEQUANTIZED].sort());
   });
 
+  it("give ggml's block geometry for every type ggml knows (its table, recorded by fixtures/gen_quants.py), gguf-py's names", () => {
+    const manifest = JSON.parse(readFileSync(new URL("./fixtures/manifest.json", import.meta.url), "utf8")) as {
+      ggmlTypeTraits: Record<string, [string, number, number]>;
+      ggufPyQuantSizes: Record<string, [number, number]>;
+    };
+    for (let id = 0; id < 43; id++) {
+      const ggml = manifest.ggmlTypeTraits[String(id)];
+      const ours = ggmlTypeInfo(id);
+      expect(ours && [ours.name.toLowerCase(), ours.blockSize, ours.typeSize], `type ${id}`).toEqual(ggml && [ggml[0].toLowerCase(), ggml[1], ggml[2]]);
+      // gguf-py names every type ggml has but Q2_0, and differs only on Q8_1's size (an older layout)
+      if (ours !== undefined && ours.name !== "Q2_0" && ours.name !== "Q8_1")
+        expect(manifest.ggufPyQuantSizes[ours.name]).toEqual([ours.blockSize, ours.typeSize]);
+    }
+  });
+
   it("know no removed or future type id", () => {
     for (const id of [4, 5, 31, 32, 33, 36, 37, 38, 43, 255, -1]) expect(ggmlTypeInfo(id), `type ${id}`).toBeUndefined();
   });
