@@ -68,6 +68,12 @@ export interface GgufHeader {
 const WINDOW = 1024 * 1024;
 /** Largest string a JavaScript string can hold comfortably, and the most one key/value or name may take. */
 export const MAX_HEADER_STRING = 256 * 1024 * 1024;
+/**
+ * Most array items the metadata of one file may hold in all (a tokenizer's tokens, scores and merges
+ * come to a few hundred thousand): each becomes a JavaScript value and JSON text, several times its
+ * bytes in the file.
+ */
+export const MAX_METADATA_ITEMS = 16 * 1024 * 1024;
 /** Fewest bytes a key/value pair takes (8-byte length, 1-byte key, type, 1-byte value) and a tensor info (empty name, n_dims, type, offset). */
 const MIN_KV_BYTES = 14;
 const MIN_TENSOR_INFO_BYTES = 24;
@@ -81,6 +87,8 @@ class Cursor {
   #start = 0;
   pos = 0;
   littleEndian = true;
+  /** Array items read so far (see {@link MAX_METADATA_ITEMS}). */
+  items = 0;
 
   constructor(
     readonly source: ByteSource,
@@ -343,6 +351,14 @@ async function readArray(c: Cursor, key: string, what: string): Promise<{ itemTy
     throw fail("InvalidLength", `key ${quoteName(key)}: array of ${count} ${itemType} elements cannot fit in the ${c.remaining} bytes left`, c.file);
   }
   const n = Number(count);
+  c.items += n;
+  if (c.items > MAX_METADATA_ITEMS) {
+    throw fail(
+      "LimitExceeded",
+      `key ${quoteName(key)}: the metadata's arrays hold more than ${MAX_METADATA_ITEMS} items in all, more than st-convert holds`,
+      c.file,
+    );
+  }
   const value: unknown[] = new Array(n);
   if (size > 0) {
     // Fixed-size items: one window for all of them (at most the rest of the file, checked above).

@@ -29,7 +29,7 @@ import {
 import { kvsToMetadata } from "./ggufMetadata.js";
 import { PLAIN_TYPES } from "./ggufTypes.js";
 import { type GgufHeader, type GgufKv, type GgufTensorInfo, parseGguf } from "./parseGguf.js";
-import { dequantizeRows, ggmlTypeInfo } from "./quants/index.js";
+import { canDequantize, dequantizeRows, ggmlTypeInfo } from "./quants/index.js";
 
 export interface GgufReadOptions {
   /** Keep quantized tensors as their blocks: U8 `[...outer dims, bytes per row]`, as gguf-py's reader gives them. */
@@ -211,8 +211,21 @@ function tensorEntry(source: ByteSource, header: GgufHeader, info: GgufTensorInf
     dtype: "F32" satisfies Dtype,
     shape,
     byteLength: elements * 4,
-    chunks: (options) => dequantized(source, offset, info, options, file),
+    // Listed either way (info shows it); its bytes are refused when pulled.
+    chunks: canDequantize(info.type) ? (options) => dequantized(source, offset, info, options, file) : () => refused(type.name, info.name, file),
   };
+}
+
+// biome-ignore lint/correctness/useYield: it refuses before its first chunk
+async function* refused(typeName: string, tensor: string, file: string | undefined): AsyncGenerator<Uint8Array> {
+  throw new StConvertError(
+    "Unsupported",
+    `${typeName} blocks cannot be dequantized (gguf-py defines no dequantization for them); --keep-quantized keeps them as blocks`,
+    {
+      file,
+      tensor,
+    },
+  );
 }
 
 async function* swapped(source: ByteSource, offset: number, length: number, unit: number, options: ChunkOptions = {}): AsyncGenerator<Uint8Array> {

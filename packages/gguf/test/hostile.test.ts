@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { type ByteSource, readTensorBytes } from "@st-convert/core";
 import { readGguf } from "@st-convert/gguf";
 import { errorCode, recordHostileCases } from "@st-convert/testing";
+import { cat, gguf, kv, u32, u64 } from "./ggufBytes.js";
 import { hostileCases } from "./hostileCases.js";
 
 recordHostileCases("gguf", ".gguf", hostileCases);
@@ -37,6 +38,27 @@ describe("hostile GGUF files", () => {
     expect(outcome).toBe(code);
     // Never more than the file holds, whatever it declares.
     for (const [offset, length] of reads) expect(offset + length).toBeLessThanOrEqual(bytes.byteLength);
+  });
+
+  it("holds the metadata's arrays to 2^24 items in all, counted before they are read", async () => {
+    const bytes = gguf({
+      kvs: [kv("a", 9, cat(u32(0), u64(2 ** 23), new Uint8Array(2 ** 23))), kv("b", 9, cat(u32(0), u64(2 ** 23 + 1), new Uint8Array(2 ** 23 + 1)))],
+    });
+    const { source, reads } = recording(bytes);
+    expect(await errorCode(readGguf(source))).toBe("LimitExceeded");
+    // The second array is refused before its items are read.
+    expect(reads.filter(([offset]) => offset > 2 ** 23).every(([, length]) => length <= 1024 * 1024)).toBe(true);
+  });
+
+  it("lists a tensor of a type it cannot dequantize, keeps its blocks when asked, and refuses its values", async () => {
+    const [, bytes] = hostileCases.find(([attack]) => attack === "a Q8_1 tensor, dequantized")!;
+    const file = await readGguf(bytes, { fileName: "q8_1.gguf" });
+    expect(file.tensors.map((t) => [t.name, t.ggmlType, t.dtype, t.shape])).toEqual([["w", "Q8_1", "F32", [32]]]);
+    await expect(readTensorBytes(file.tensors[0]!)).rejects.toThrow(
+      /^q8_1\.gguf: tensor "w": Q8_1 blocks cannot be dequantized .*--keep-quantized keeps them as blocks$/,
+    );
+    const kept = await readGguf(bytes, { keepQuantized: true });
+    expect((await readTensorBytes(kept.tensors[0]!)).byteLength).toBe(36);
   });
 
   it("names the file, the tensor and the rule in one line", async () => {
