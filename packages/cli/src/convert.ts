@@ -312,9 +312,10 @@ export function unusedFormatOptions(values: FormatOptionValues, input: TensorFor
   const notices: string[] = [];
   for (const [name, value] of Object.entries(values)) {
     if (value === undefined || value === false || (Array.isArray(value) && value.length === 0)) continue;
-    const appliesHere = [input, output].some((format) =>
-      (format.options ?? []).some((o) => o.name === name && (o.appliesTo === "both" || o.appliesTo === (format === input ? "read" : "write"))),
-    );
+    // Each side on its own: input and output may be the same format (npz → npz with --compress).
+    const applies = (format: TensorFormat, side: "read" | "write") =>
+      (format.options ?? []).some((o) => o.name === name && (o.appliesTo === "both" || o.appliesTo === side));
+    const appliesHere = applies(input, "read") || applies(output, "write");
     if (appliesHere) continue;
     const owners = formats.filter((f) => f.options?.some((o) => o.name === name)).map((f) => f.name);
     notices.push(`--${name} applies to ${owners.join(", ") || "no format"}, not to reading ${input.name} or writing ${output.name}; ignored`);

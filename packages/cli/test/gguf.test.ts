@@ -106,6 +106,11 @@ describe("st-convert with GGUF files", () => {
       ["q6_k_3d", "Q8_0"],
     ]);
     expect(runCli([join(dir, "plain.safetensors"), join(dir, "q.gguf"), "--quantize", "Q9_K", "--force"]).status).toBe(2);
+    // GGUF → GGUF: quantized tensors stay their blocks, and --quantize is not "ignored" (the same format reads and writes).
+    const again = ok([gguf("quant.gguf"), join(dir, "re.gguf"), "--quantize", "Q4_K"]);
+    expect(again.stderr).not.toContain("ignored");
+    expect(again.stderr).toContain('"q8_0" (already Q8_0 blocks, passed through as they are)');
+    expect(hex(join(dir, "re.gguf"))).toBe(hex(gguf("quant.gguf")));
     oneLineRefusal([join(dir, "plain.safetensors"), join(dir, "q2.gguf"), "--quantize", "f32_2d:Q8_0"], "InvalidArgument");
   });
 

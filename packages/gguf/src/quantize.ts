@@ -58,8 +58,9 @@ export function parseQuantizeRules(values: readonly string[]): Rule[] {
 }
 
 /** Why `entry` cannot become blocks of `type`, or undefined when it can. */
-function ineligible(entry: TensorEntry, type: number): string | undefined {
+function ineligible(entry: TensorEntry, type: number, blocks: string | undefined): string | undefined {
   const info = ggmlTypeInfo(type)!;
+  if (blocks !== undefined) return `already ${blocks} blocks, passed through as they are`;
   if (!QUANTIZABLE_DTYPES.has(entry.dtype)) return `${entry.dtype} is not F32, F16 or BF16`;
   if (entry.shape.length < 2) return `${entry.shape.length} dimension${entry.shape.length === 1 ? "" : "s"} (quantized tensors have 2 or more)`;
   const row = entry.shape[entry.shape.length - 1]!;
@@ -72,7 +73,13 @@ function ineligible(entry: TensorEntry, type: number): string | undefined {
  * @throws StConvertError `InvalidOption` for a malformed rule, `InvalidArgument` for a tensor a
  *   `NAME_REGEX:TYPE` rule names that cannot be quantized.
  */
-export function planQuantization(tensors: readonly TensorEntry[], values: readonly string[], onWarning?: (message: string) => void): Map<string, QuantizePlan> {
+export function planQuantization(
+  tensors: readonly TensorEntry[],
+  values: readonly string[],
+  onWarning?: (message: string) => void,
+  /** The ggml type of a tensor that holds quantized blocks already (kept from a GGUF). */
+  blocksOf: (entry: TensorEntry) => string | undefined = () => undefined,
+): Map<string, QuantizePlan> {
   const plans = new Map<string, QuantizePlan>();
   if (values.length === 0) return plans;
   const rules = parseQuantizeRules(values);
@@ -83,7 +90,7 @@ export function planQuantization(tensors: readonly TensorEntry[], values: readon
       if (r.pattern === undefined || r.pattern.test(entry.name)) rule = r;
     }
     if (rule === undefined) continue;
-    const why = ineligible(entry, rule.type);
+    const why = ineligible(entry, rule.type, blocksOf(entry));
     if (why !== undefined) {
       if (rule.pattern !== undefined) {
         throw new StConvertError("InvalidArgument", `--quantize ${rule.text} names it, but it cannot be quantized: ${why}`, { tensor: entry.name });

@@ -73,7 +73,12 @@ export function planGguf(source: TensorSource, options: GgufWriteOptions = {}): 
     alignment = value;
   }
   const recorded = new Map(Object.entries(record?.types ?? {}));
-  const quantize = planQuantization(source.tensors, options.quantize ?? [], options.onWarning);
+  const blocksOf = (entry: TensorEntry) => {
+    if (entry.dtype !== "U8") return undefined;
+    const id = keptBlockType(entry.extent?.());
+    return id === undefined ? recorded.get(entry.name) : ggmlTypeInfo(id)?.name;
+  };
+  const quantize = planQuantization(source.tensors, options.quantize ?? [], options.onWarning, blocksOf);
   const tensors = inRecordedOrder(source.tensors, record?.tensors ?? []).map((entry) => planTensor(entry, recorded, quantize.get(entry.name)));
   return { kvs, tensors, alignment };
 }
