@@ -280,10 +280,7 @@ async function shardingOf(
   if (!shardable(format))
     throw new StConvertError(
       "InvalidOption",
-      `--max-shard-size applies to ${formats
-        .filter(shardable)
-        .map((f) => f.name)
-        .join(", ")} outputs, not ${format.name}`,
+      `--max-shard-size applies to ${wordList(formats.filter(shardable).map((f) => f.name))} outputs, not ${format.name}`,
     );
   return { format, target: await shardTarget(output, format), maxShardSize };
 }
@@ -535,4 +532,9 @@ export function tiedWeightsNotice(source: TensorSource, format: string): string 
         ? `${others} ${pairs.length === 1 ? "is" : "are"} left out with the metadata (flax msgpack has no place for it)`
         : `${others} ${pairs.length === 1 ? "is" : "are"} only named in the metadata`;
   return `tied weights: ${shown.join(", ")}${more}; ${format} has no shared arrays, so each is written once, under the kept name, and ${fate}`;
+}
+
+/** `a, b and c`. */
+function wordList(words: readonly string[]): string {
+  return words.length <= 1 ? words.join("") : `${words.slice(0, -1).join(", ")} and ${words[words.length - 1]}`;
 }
