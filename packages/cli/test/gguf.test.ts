@@ -7,7 +7,11 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { fixturePath, makeTempDir, expectOneLineRefusal as oneLineRefusal, runCli, toHex } from "@st-convert/testing";
+import { MemorySink, tensorFromBytes } from "@st-convert/core";
+import { type AtomicFileSink, createFileSink, openFileSource } from "@st-convert/core/node";
+import { nativeIo } from "@st-convert/native";
+import { fixturePath, makeTempDir, expectOneLineRefusal as oneLineRefusal, pseudoRandomBytes, runCli, toHex } from "@st-convert/testing";
+import { detectInputFormat, formatByName } from "../src/index.js";
 
 let dir: string;
 let cleanup: () => void;
@@ -127,5 +131,31 @@ describe("st-convert with GGUF files", () => {
       /GGUF has no type for U8; cast it first, e\.g\. --cast U8=I16/,
     );
     expect(existsSync(join(dir, "u8.gguf"))).toBe(false);
+  });
+});
+
+describe.skipIf(nativeIo() === undefined)("kernel copies", () => {
+  /** Converts with the registry's reader and writer into a file sink; the bytes it copied in the kernel. */
+  async function kernelCopied(input: string, output: string, to: string): Promise<number> {
+    const file = await openFileSource(input);
+    try {
+      const source = await (await detectInputFormat(file)).open(file, { options: {}, writing: to });
+      const sink = (await createFileSink(output)) as AtomicFileSink;
+      await formatByName(to).write(source, sink, { options: {} });
+      await sink.close();
+      return sink.kernelCopied;
+    } finally {
+      await file.close();
+    }
+  }
+
+  it("a GGUF's plain tensors and kept blocks reach the kernel copy, both ways", async () => {
+    const big = tensorFromBytes({ name: "w", dtype: "F32", shape: [896, 1024] }, pseudoRandomBytes(7, 896 * 1024 * 4));
+    const sink = new MemorySink();
+    await formatByName("gguf").write({ metadata: null, tensors: [big] }, sink, { options: {} });
+    writeFileSync(join(dir, "big.gguf"), sink.bytes());
+    expect(await kernelCopied(join(dir, "big.gguf"), join(dir, "big.safetensors"), "safetensors")).toBe(896 * 1024 * 4);
+    expect(await kernelCopied(join(dir, "big.safetensors"), join(dir, "back.gguf"), "gguf")).toBe(896 * 1024 * 4);
+    expect(hex(join(dir, "back.gguf"))).toBe(toHex(sink.bytes()));
   });
 });
