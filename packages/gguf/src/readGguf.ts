@@ -20,7 +20,6 @@ import {
   type TensorEntry,
   type TensorExtent,
   type TensorSource,
-  quoteName,
   readRange,
   swapBytesInPlace,
   toByteSource,
@@ -260,9 +259,4 @@ async function* dequantized(source: ByteSource, offset: number, info: GgufTensor
     if (!LITTLE_ENDIAN) swapBytesInPlace(bytes, 4);
     yield bytes;
   }
-}
-
-/** A message-friendly list of names. */
-export function nameList(names: readonly string[]): string {
-  return names.map(quoteName).join(", ");
 }

@@ -9,9 +9,9 @@
  * Spec: gguf-py 0.19.0 `gguf_writer.py` (`write_header_to_file`, `write_kv_data_to_file`,
  * `write_ti_data_to_file`, `write_tensors_to_file`, `_pack_val`), ggml's `src/gguf.cpp`.
  */
-import { type ByteSink, type Dtype, StConvertError, type TensorEntry, type TensorSource, WRITTEN, pipeTensor, quoteName } from "@st-convert/core";
+import { type ByteSink, type Dtype, StConvertError, type TensorEntry, type TensorSource, WRITTEN, pipeTensor } from "@st-convert/core";
 import { metadataToKvs, readRecord } from "./ggufMetadata.js";
-import { MAX_DIMS, MAX_NAME_BYTES, TYPE_OF_DTYPE, VALUE_TYPE_ID, VALUE_TYPES, type ValueTypeName } from "./ggufTypes.js";
+import { MAX_DIMS, MAX_NAME_BYTES, TYPE_OF_DTYPE, VALUE_TYPE_ID, type ValueTypeName } from "./ggufTypes.js";
 import { type GgufKv, type GgufValue, pad } from "./parseGguf.js";
 import { type QuantizePlan, planQuantization, quantizedChunks } from "./quantize.js";
 import { ggmlTypeInfo } from "./quants/index.js";
@@ -363,12 +363,4 @@ export function planSplitSet(
     const kvs = [...(k === 0 ? plan.kvs.filter((kv) => !split.some((s) => s.key === kv.key)) : []), ...split];
     return file(splitName(weightsName, k + 1, n), { kvs, tensors, alignment: plan.alignment });
   });
-}
-
-/** The type names GGUF metadata values can have, for messages. */
-export const VALUE_TYPE_NAMES: readonly string[] = VALUE_TYPES;
-
-/** A tensor's name, quoted, for messages. */
-export function tensorLabel(entry: TensorEntry): string {
-  return quoteName(entry.name);
 }
