@@ -11,7 +11,7 @@
  */
 import { type ByteSink, type Dtype, StConvertError, type TensorEntry, type TensorSource, WRITTEN, pipeTensor } from "@st-convert/core";
 import { metadataToKvs, readRecord } from "./ggufMetadata.js";
-import { MAX_DIMS, MAX_NAME_BYTES, TYPE_OF_DTYPE, VALUE_TYPE_ID, type ValueTypeName } from "./ggufTypes.js";
+import { MAX_DIMS, MAX_NAME_BYTES, TYPE_OF_DTYPE, VALUE_TYPE_ID, VALUE_TYPE_SIZE, type ValueTypeName } from "./ggufTypes.js";
 import { type GgufKv, type GgufValue, pad } from "./parseGguf.js";
 import { type QuantizePlan, planQuantization, quantizedChunks } from "./quantize.js";
 import { ggmlTypeInfo } from "./quants/index.js";
@@ -160,28 +160,32 @@ class HeaderBytes {
   #view = new DataView(this.#bytes.buffer);
   length = 0;
 
-  #room(n: number): number {
+  /**
+   * Makes room for `n` more bytes and returns the view to write them through, at `length` (which
+   * the caller then moves on). Taken before the write: a view read before the buffer grew would be
+   * the old one.
+   */
+  #room(n: number): DataView {
     if (this.length + n > this.#bytes.byteLength) {
       const grown = new Uint8Array(Math.max(this.#bytes.byteLength * 2, this.length + n));
       grown.set(this.#bytes.subarray(0, this.length));
       this.#bytes = grown;
       this.#view = new DataView(grown.buffer);
     }
-    const at = this.length;
-    this.length += n;
-    return at;
-  }
-  u8(v: number): void {
-    this.#view.setUint8(this.#room(1), v);
+    return this.#view;
   }
   u32(v: number): void {
-    this.#view.setUint32(this.#room(4), v, true);
+    this.#room(4).setUint32(this.length, v, true);
+    this.length += 4;
   }
   u64(v: number | bigint): void {
-    this.#view.setBigUint64(this.#room(8), BigInt(v), true);
+    this.#room(8).setBigUint64(this.length, BigInt(v), true);
+    this.length += 8;
   }
   raw(bytes: Uint8Array): void {
-    this.#bytes.set(bytes, this.#room(bytes.byteLength));
+    this.#room(bytes.byteLength);
+    this.#bytes.set(bytes, this.length);
+    this.length += bytes.byteLength;
   }
   string(value: string | { hex: string }): void {
     const bytes = typeof value === "string" ? encoder.encode(value) : fromHex(value.hex);
@@ -190,46 +194,53 @@ class HeaderBytes {
   }
   /** One scalar of `type` in the metadata encoding's form (checked by ggufMetadata.ts). */
   scalar(type: ValueTypeName, value: unknown): void {
+    if (type === "STRING") {
+      this.string(value as string | { hex: string });
+      return;
+    }
+    const size = VALUE_TYPE_SIZE[VALUE_TYPE_ID[type]]!;
+    const view = this.#room(size);
+    const at = this.length;
     switch (type) {
       case "UINT8":
+        view.setUint8(at, value as number);
+        break;
       case "BOOL":
-        this.#view.setUint8(this.#room(1), type === "BOOL" ? (value === true ? 1 : 0) : (value as number));
-        return;
+        view.setUint8(at, value === true ? 1 : 0);
+        break;
       case "INT8":
-        this.#view.setInt8(this.#room(1), value as number);
-        return;
+        view.setInt8(at, value as number);
+        break;
       case "UINT16":
-        this.#view.setUint16(this.#room(2), value as number, true);
-        return;
+        view.setUint16(at, value as number, true);
+        break;
       case "INT16":
-        this.#view.setInt16(this.#room(2), value as number, true);
-        return;
+        view.setInt16(at, value as number, true);
+        break;
       case "UINT32":
-        this.#view.setUint32(this.#room(4), value as number, true);
-        return;
+        view.setUint32(at, value as number, true);
+        break;
       case "INT32":
-        this.#view.setInt32(this.#room(4), value as number, true);
-        return;
+        view.setInt32(at, value as number, true);
+        break;
       case "UINT64":
-        this.#view.setBigUint64(this.#room(8), BigInt(value as string), true);
-        return;
+        view.setBigUint64(at, BigInt(value as string), true);
+        break;
       case "INT64":
-        this.#view.setBigInt64(this.#room(8), BigInt(value as string), true);
-        return;
+        view.setBigInt64(at, BigInt(value as string), true);
+        break;
       case "FLOAT32":
-        if (typeof value === "string") this.#view.setUint32(this.#room(4), Number.parseInt(value.slice(2), 16), true);
-        else this.#view.setFloat32(this.#room(4), value as number, true);
-        return;
+        if (typeof value === "string") view.setUint32(at, Number.parseInt(value.slice(2), 16), true);
+        else view.setFloat32(at, value as number, true);
+        break;
       case "FLOAT64":
-        if (typeof value === "string") this.#view.setBigUint64(this.#room(8), BigInt(value), true);
-        else this.#view.setFloat64(this.#room(8), value as number, true);
-        return;
-      case "STRING":
-        this.string(value as string | { hex: string });
-        return;
+        if (typeof value === "string") view.setBigUint64(at, BigInt(value), true);
+        else view.setFloat64(at, value as number, true);
+        break;
       default:
         throw new Error(`scalar: ${type}`);
     }
+    this.length += size;
   }
   /** A value with its type id first, as `_pack_val(add_vtype=True)` writes it. */
   value(value: GgufValue): void {

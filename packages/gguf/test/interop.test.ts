@@ -105,6 +105,19 @@ describeInterop("gguf-py", (python) => {
     expect(toHex(sink.bytes())).toBe(toHex(readFileSync(file!)));
   });
 
+  it("and for a header of a tokenizer's size (past the writer's first buffer)", async () => {
+    const keys: SpecKey[] = [
+      ["tokenizer.ggml.tokens", "ARRAY", Array.from({ length: 20000 }, (_, i) => `▁tok${i}`), "STRING"],
+      ["tokenizer.ggml.scores", "ARRAY", Array.from({ length: 20000 }, (_, i) => -i / 8), "FLOAT32"],
+      ["tokenizer.ggml.token_type", "ARRAY", Array.from({ length: 20000 }, (_, i) => i % 3), "INT32"],
+    ];
+    const spec = tensors().slice(0, 2);
+    const [file] = gguf({ arch: "llama", keys, tensors: spec }, "tokenizer.gguf");
+    const sink = new MemorySink();
+    await writeGguf(source("llama", keys, spec), sink);
+    expect(toHex(sink.bytes())).toBe(toHex(readFileSync(file!)));
+  });
+
   it("with a custom alignment too", async () => {
     const spec = tensors().slice(0, 3);
     const [file] = gguf({ arch: "gpt2", alignment: 64, keys: [], tensors: spec }, "aligned.gguf");

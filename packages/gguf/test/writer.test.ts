@@ -93,6 +93,21 @@ describe("GGUF writer", () => {
     for (const [i, t] of again.tensors.entries()) expect(toHex(await readTensorBytes(t))).toBe(toHex(await readTensorBytes(kept.tensors[i]!)));
   });
 
+  it("writes headers past the first 64 KiB buffer (a tokenizer's arrays), and reads them back the same", async () => {
+    const tokens = Array.from({ length: 30000 }, (_, i) => `tok${i}é`);
+    const metadata = createMetadata([
+      ["general.architecture", "llama"],
+      ["gguf.tokenizer.ggml.tokens", JSON.stringify({ type: "ARRAY", itemType: "STRING", value: tokens })],
+      ["gguf.tokenizer.ggml.scores", JSON.stringify({ type: "ARRAY", itemType: "FLOAT32", value: tokens.map((_, i) => i / 4) })],
+      ["gguf.x.ids", JSON.stringify({ type: "ARRAY", itemType: "UINT64", value: tokens.map((_, i) => String(i)) })],
+    ]);
+    const bytes = await write({ metadata, tensors: [f32("w", [2, 2])] });
+    expect(bytes.byteLength).toBeGreaterThan(600_000);
+    const file = await readGguf(bytes);
+    expect(JSON.parse(file.metadata!["gguf.tokenizer.ggml.tokens"]!).value).toEqual(tokens);
+    expect(toHex(await write(file))).toBe(toHex(bytes));
+  });
+
   it("restores the recorded order of keys and tensors after a format that sorts them", async () => {
     const original = new Uint8Array(readFileSync(fixturePath("gguf", "plain.gguf")));
     const file = await readGguf(original);
