@@ -99,6 +99,11 @@ class Cursor {
     return this.source.size - this.pos;
   }
 
+  /** Bytes from the position to the end of the window. */
+  get buffered(): number {
+    return this.#start + this.#window.byteLength - this.pos;
+  }
+
   /** Makes the next `n` bytes readable, or refuses a file that ends before them. */
   async need(n: number, what: string): Promise<void> {
     if (this.pos + n <= this.#start + this.#window.byteLength) return;
@@ -137,6 +142,13 @@ class Cursor {
   }
   u64(): bigint {
     return this.#view.getBigUint64(this.#at(8), this.littleEndian);
+  }
+  /** A u64 below 2^32 as a number, else undefined (the 8 bytes are consumed either way). */
+  u64Small(): number | undefined {
+    const at = this.#at(8);
+    const low = this.#view.getUint32(this.littleEndian ? at : at + 4, this.littleEndian);
+    const high = this.#view.getUint32(this.littleEndian ? at + 4 : at, this.littleEndian);
+    return high === 0 ? low : undefined;
   }
   i64(): bigint {
     return this.#view.getBigInt64(this.#at(8), this.littleEndian);
@@ -255,15 +267,52 @@ export function pad(n: number, alignment: number): number {
 /** A string's bytes, decoded: a string, or `{hex}` when the bytes are not UTF-8. */
 async function readString(c: Cursor, what: string): Promise<string | { hex: string }> {
   await c.need(8, what);
+  const n = stringLength(c, what);
+  await c.need(n, what);
+  return decodeString(c.bytes(n));
+}
+
+/** A string's length field, checked (the 8 bytes are there). */
+function stringLength(c: Cursor, what: string): number {
+  // Below 2^32 and within the window (nearly every string): no BigInt.
+  const small = c.u64Small();
+  if (small !== undefined && small <= c.remaining && small <= MAX_HEADER_STRING) return small;
+  c.pos -= 8;
   const length = c.u64();
   if (length > BigInt(MAX_STRING_LENGTH))
     throw fail("InvalidLength", `${what}: string of ${length} bytes, more than ggml reads (${MAX_STRING_LENGTH})`, c.file);
   if (length > BigInt(c.remaining)) throw fail("InvalidLength", `${what}: string of ${length} bytes, more than the ${c.remaining} left in the file`, c.file);
   if (length > BigInt(MAX_HEADER_STRING))
     throw fail("LimitExceeded", `${what}: string of ${length} bytes, more than st-convert holds (${MAX_HEADER_STRING})`, c.file);
-  const n = Number(length);
-  await c.need(n, what);
-  const bytes = c.bytes(n);
+  return Number(length);
+}
+
+/**
+ * Strings while they lie whole in the cursor's window, read without a promise each (a tokenizer
+ * has 150,000): how many of `out` from `from` on were filled.
+ */
+function readStringsInWindow(c: Cursor, out: unknown[], from: number, what: string): number {
+  let i = from;
+  while (i < out.length && c.buffered >= 8) {
+    const start = c.pos;
+    const n = stringLength(c, what);
+    if (c.buffered < n) {
+      c.pos = start;
+      break;
+    }
+    out[i++] = decodeString(c.bytes(n));
+  }
+  return i - from;
+}
+
+/** UTF-8 text, or `{hex}` when the bytes are not UTF-8; short ASCII without the decoder. */
+function decodeString(bytes: Uint8Array): string | { hex: string } {
+  if (bytes.byteLength <= 24) {
+    let text = "";
+    let k = 0;
+    for (; k < bytes.byteLength && bytes[k]! < 0x80; k++) text += String.fromCharCode(bytes[k]!);
+    if (k === bytes.byteLength) return text;
+  }
   try {
     return utf8.decode(bytes);
   } catch {
@@ -325,6 +374,35 @@ function readScalar(c: Cursor, type: ValueTypeName): unknown {
   }
 }
 
+/** `out.length` items of a fixed-size type (the bytes are in the window), the type's case chosen once. */
+function readItems(c: Cursor, type: ValueTypeName, out: unknown[]): void {
+  const n = out.length;
+  switch (type) {
+    case "UINT8":
+      for (let i = 0; i < n; i++) out[i] = c.u8();
+      return;
+    case "INT32":
+      for (let i = 0; i < n; i++) out[i] = c.i32();
+      return;
+    case "UINT32":
+      for (let i = 0; i < n; i++) out[i] = c.u32();
+      return;
+    case "FLOAT32":
+      for (let i = 0; i < n; i++) {
+        const value = c.f32();
+        // Only -0, infinities and NaNs take the slow way (the hex of their bits).
+        if (Number.isFinite(value) && !Object.is(value, -0)) out[i] = value;
+        else {
+          c.pos -= 4;
+          out[i] = readScalar(c, type);
+        }
+      }
+      return;
+    default:
+      for (let i = 0; i < n; i++) out[i] = readScalar(c, type);
+  }
+}
+
 async function readValue(c: Cursor, type: ValueTypeName, key: string): Promise<GgufValue> {
   const what = `the value of ${quoteName(key)}`;
   if (type === "STRING") return { type, value: await readString(c, what) };
@@ -363,9 +441,12 @@ async function readArray(c: Cursor, key: string, what: string): Promise<{ itemTy
   if (size > 0) {
     // Fixed-size items: one window for all of them (at most the rest of the file, checked above).
     await c.need(n * size, what);
-    for (let i = 0; i < n; i++) value[i] = readScalar(c, itemType);
+    readItems(c, itemType, value);
   } else if (itemType === "STRING") {
-    for (let i = 0; i < n; i++) value[i] = await readString(c, what);
+    for (let i = 0; i < n; ) {
+      i += readStringsInWindow(c, value, i, what);
+      if (i < n) value[i++] = await readString(c, what);
+    }
   } else {
     for (let i = 0; i < n; i++) value[i] = await readArray(c, key, what);
   }
