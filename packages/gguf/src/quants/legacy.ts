@@ -215,10 +215,12 @@ export function quantizeQ8_0(src: Float32Array, dst: Uint8Array, blocks: number)
     dst[o] = h & 0xff;
     dst[o + 1] = h >> 8;
     for (let j = 0; j < 32; j++) {
-      // roundf, half away from zero: v ± ½ is exact in double and |0 truncates (NaN gives 0, as C's
-      // conversion); Math.sign rather than a branch on the sign, which random data mispredicts half the time
+      // roundf, half away from zero: floor(v + ½) (exact in double) but one lower for a negative tie;
+      // no branch on the sign, which random data mispredicts half the time (NaN gives 0, as C's conversion)
       const v = fr(src[i + j]! * id);
-      dst[o + 2 + j] = (v + 0.5 * Math.sign(v)) | 0;
+      let r = Math.floor(v + 0.5);
+      if (r - v === 0.5 && v < 0) r -= 1;
+      dst[o + 2 + j] = r | 0;
     }
   }
 }
