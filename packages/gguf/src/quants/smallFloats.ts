@@ -95,9 +95,14 @@ function absMax(src: Float32Array, at: number, n: number): number {
   return amax;
 }
 
-/** `lroundf(x·id) + 1`: a ternary digit 0..2. */
+/**
+ * `(int)(lroundf(x·id) + 1)`: a ternary digit 0..2. For an infinite or NaN product (an all-subnormal
+ * block makes id infinite), glibc's lroundf returns LONG_MIN (x86's conversion of an out-of-range
+ * value), and LONG_MIN + 1 narrowed to int is 1.
+ */
 function ternary(x: number, id: number): number {
-  return roundAway(fr(x * id)) + 1;
+  const v = fr(x * id);
+  return Number.isFinite(v) ? roundAway(v) + 1 : 1;
 }
 
 /** `quantize_row_tq1_0_ref`. */

@@ -114,9 +114,40 @@ describeGgml("block types against ggml's C", (oracle) => {
     });
   }
 
+  /** Rows no model should hold but a file can: infinities, NaN (the quiet default one), all-NaN, ±FLT_MAX, all-subnormal, one huge outlier. */
+  function hostileRows(): Float32Array {
+    const rows = new Float32Array(256 * 8);
+    for (let i = 0; i < rows.length; i++) rows[i] = Math.sin(i * 0.7) * 3;
+    rows[5] = Number.POSITIVE_INFINITY;
+    rows[256 + 77] = Number.NEGATIVE_INFINITY;
+    rows[512 + 9] = Number.NaN;
+    rows.fill(Number.NaN, 768, 1024);
+    rows[1024 + 3] = 3.4028234663852886e38;
+    rows[1024 + 200] = -3.4028234663852886e38;
+    for (let i = 1280; i < 1536; i++) rows[i] = i % 3 === 0 ? 1e-45 : -(i % 7) * 1e-45;
+    rows[1536 + 100] = 1e30;
+    rows.fill(0, 1792, 2048);
+    rows[1792 + 255] = -1e-38;
+    return rows;
+  }
+
   for (const name of Object.keys(GgmlType)) {
     const type = (GgmlType as Record<string, number>)[name]!;
     if (!canQuantize(type)) continue;
+    it(`quantizes rows with infinities, NaN, FLT_MAX and subnormals to ${name} as ggml_quantize_chunk does`, () => {
+      const info = ggmlTypeInfo(type)!;
+      const rows = hostileRows();
+      const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
+      quantizeRows(type, rows, ours);
+      const expected = oracle.quantize(type, rows, 256);
+      const rowBytes = expected.length / 8;
+      const differing: number[] = [];
+      for (let r = 0; r < 8; r++) {
+        if (!Buffer.from(ours.subarray(r * rowBytes, (r + 1) * rowBytes)).equals(Buffer.from(expected.subarray(r * rowBytes, (r + 1) * rowBytes))))
+          differing.push(r);
+      }
+      expect(differing).toEqual([]);
+    });
     it(`quantizes 256 random rows to ${name} as ggml_quantize_chunk does`, () => {
       const info = ggmlTypeInfo(type)!;
       const rows = randomRows(new Random(0x7171, type), 256);
