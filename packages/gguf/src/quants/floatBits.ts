@@ -72,7 +72,7 @@ export function floatToHalf(value: number): number {
  */
 export function nearestInt(x: number): number {
   const v = Math.fround(x + 12582912);
-  if (v >= 8388608 && v < 16777216) return v - 12582912;
+  if (v >= 8388608 && v < 16777216) return (v - 12582912) | 0; // | 0: an int32 on both paths, for V8
   return (floatToBits(v) & 0x007fffff) - 0x00400000;
 }
 
