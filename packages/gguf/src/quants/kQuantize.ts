@@ -175,13 +175,14 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     let first = n;
     if (fresh || !(iscale > 0)) {
       mL = mLL = mXL = mAXL = 0;
+      let changed = 0;
       for (let i = 0; i < n; i++) {
         const v = shifted[i]!;
         const l = level(fr(iscale * v), nmax);
-        if (l !== laux[i]) {
-          if (first === n) first = i;
-          laux[i] = l;
-        }
+        // which levels changed, as bits: no branch on a change, which is a coin toss here
+        const diff = l ^ laux[i]!;
+        changed |= ((diff | -diff) >>> 31) << i;
+        laux[i] = l;
         ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
         const w = weights[i]!;
         const xi = x[xo + i]!;
@@ -190,6 +191,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         mXL += w * xi * l;
         mAXL += w * Math.abs(xi) * l;
       }
+      if (changed !== 0) first = 31 - Math.clz32(changed & -changed);
       fresh = !(iscale > 0);
     } else {
       for (let i = 0; i < n; i++) {
@@ -197,16 +199,16 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         if (iscale * v < ceiling[i]!) continue;
         const l = level(fr(iscale * v), nmax);
         const old = laux[i]!;
-        if (l !== old) {
-          if (first === n) first = i;
-          laux[i] = l;
-          const w = weights[i]!;
-          const xi = x[xo + i]!;
-          mL += w * (l - old);
-          mLL += w * (l * l - old * old);
-          mXL += w * xi * (l - old);
-          mAXL += w * Math.abs(xi) * (l - old);
-        }
+        // unconditional: an unchanged level adds exact zeros
+        if (i < first && l !== old) first = i;
+        laux[i] = l;
+        const w = weights[i]!;
+        const xi = x[xo + i]!;
+        const step = l - old;
+        mL += w * step;
+        mLL += w * (l * l - old * old);
+        mXL += w * xi * step;
+        mAXL += w * Math.abs(xi) * step;
         ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
       }
     }
