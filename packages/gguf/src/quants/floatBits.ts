@@ -75,8 +75,3 @@ export function nearestInt(x: number): number {
   if (v >= 8388608 && v < 16777216) return (v - 12582912) | 0; // | 0: an int32 on both paths, for V8
   return (floatToBits(v) & 0x007fffff) - 0x00400000;
 }
-
-/** C's `roundf`: half away from zero (exact on a float32 in double arithmetic). */
-export function roundAway(x: number): number {
-  return x < 0 ? -Math.floor(-x + 0.5) : Math.floor(x + 0.5);
-}

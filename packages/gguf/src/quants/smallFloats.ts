@@ -2,7 +2,7 @@
  * The ternary types (TQ1_0, TQ2_0) and the 4-bit float ones (MXFP4, NVFP4): dequantization as gguf-py,
  * quantization (TQ1_0, TQ2_0, MXFP4) as ggml's `quantize_row_*_ref`.
  */
-import { bitsToFloat, floatToHalf, halfToFloatTable, roundAway } from "./floatBits.js";
+import { bitsToFloat, floatToHalf, halfToFloatTable } from "./floatBits.js";
 
 const fr = Math.fround;
 
@@ -102,7 +102,10 @@ function absMax(src: Float32Array, at: number, n: number): number {
  */
 function ternary(x: number, id: number): number {
   const v = fr(x * id);
-  return Number.isFinite(v) ? roundAway(v) + 1 : 1;
+  // roundf as floor(v + ½), one lower for a negative tie: no branch on the sign
+  let r = Math.floor(v + 0.5);
+  if (r - v === 0.5 && v < 0) r -= 1;
+  return Number.isFinite(r) ? r + 1 : 1;
 }
 
 /** `quantize_row_tq1_0_ref`. */
