@@ -7,7 +7,16 @@
  */
 import { mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { type ByteSink, type SplitFile, StConvertError, type TensorEntry, type TensorFormat, type TensorSource, createMetadata, splitAliases } from "@st-convert/core";
+import {
+  type ByteSink,
+  type SplitFile,
+  StConvertError,
+  type TensorEntry,
+  type TensorFormat,
+  type TensorSource,
+  createMetadata,
+  splitAliases,
+} from "@st-convert/core";
 import { type AtomicFileSink, createFileSink } from "@st-convert/core/node";
 import { parameterCount } from "./text.js";
 
