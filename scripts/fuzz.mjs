@@ -1,5 +1,5 @@
 // A long fuzz run of every reader (the CI suite runs a short, seeded one):
-//   pnpm fuzz [--runs N] [--seed S] [--minutes M] [--project core|npy|flax|json|torch]  (torch includes the DCP folders: fuzzDcp.test.ts)
+//   pnpm fuzz [--runs N] [--seed S] [--minutes M] [--project core|npy|flax|json|torch|gguf]  (torch includes the DCP folders: fuzzDcp.test.ts)
 // With --minutes, it repeats rounds with fresh seeds until the time is up. Each failure prints the
 // seed and the shrunk input, to be added to the hostile fixtures.
 //
@@ -8,7 +8,8 @@
 //   pnpm fuzz --differential [--minutes M] [--format safetensors,npy,npz,flax,torch,json] [--seed S] [--mutants N]
 // --minutes M gives each format M minutes (and each writer up to one); without it, N mutants per
 // format (default 5000). A failure prints its seed, the mutant's index and the file, kept in a
-// temporary folder.
+// temporary folder. GGUF's differential reference is ggml's loader, run by the gguf project's own
+// fuzz rounds (packages/gguf/test/fuzzLoader.test.ts: 4 × FUZZ_RUNS mutants, with libggml-base).
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";

@@ -2,7 +2,7 @@
  * The library API behind the command: `convert()` one file into another, `inspect()` a file.
  * Both behave exactly as the CLI does (same formats, same checks, same atomic output).
  */
-import { basename } from "node:path";
+import { basename, join } from "node:path";
 import {
   type ByteSink,
   type ByteSource,
@@ -140,6 +140,7 @@ export async function convertInto(
         formats,
         openSibling,
         warnFor(inputName),
+        outputFormat.name,
       );
       for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
       const tied = tiedWeightsNotice(tensors.selected, outputFormat.name);
@@ -176,8 +177,18 @@ export async function convertInto(
         // A notice every shard's writer gives alike (metadata a format has no place for) is said once.
         const noticed = new Set<string>();
         try {
+          const splitSet = outputFormat.splitSet;
           const written = await writeShards(observed.source, sharding.target, split ?? sharding.maxShardSize, {
             force: options.force ?? false,
+            splitSet:
+              splitSet === undefined
+                ? undefined
+                : (source, weightsName) =>
+                    splitSet.plan(source, sharding.maxShardSize, weightsName, {
+                      options: options.formatOptions ?? {},
+                      onWarning: warnFor(join(sharding.target.dir, weightsName)),
+                      fileName: join(sharding.target.dir, weightsName),
+                    }),
             write: async (part, sink, fileName) => {
               const onWarning = (message: string) => {
                 if (noticed.has(message)) return;
@@ -266,7 +277,11 @@ async function shardingOf(
   const named = basename(output).replace(/\.index\.json$/i, "");
   const format =
     options.to !== undefined ? formatByName(options.to, formats, "write") : (formatByExtension(named, formats) ?? formatByName("safetensors", formats));
-  if (!shardable(format)) throw new StConvertError("InvalidOption", `--max-shard-size applies to safetensors and torch outputs, not ${format.name}`);
+  if (!shardable(format))
+    throw new StConvertError(
+      "InvalidOption",
+      `--max-shard-size applies to ${wordList(formats.filter(shardable).map((f) => f.name))} outputs, not ${format.name}`,
+    );
   return { format, target: await shardTarget(output, format), maxShardSize };
 }
 
@@ -294,9 +309,10 @@ export function unusedFormatOptions(values: FormatOptionValues, input: TensorFor
   const notices: string[] = [];
   for (const [name, value] of Object.entries(values)) {
     if (value === undefined || value === false || (Array.isArray(value) && value.length === 0)) continue;
-    const appliesHere = [input, output].some((format) =>
-      (format.options ?? []).some((o) => o.name === name && (o.appliesTo === "both" || o.appliesTo === (format === input ? "read" : "write"))),
-    );
+    // Each side on its own: input and output may be the same format (npz → npz with --compress).
+    const applies = (format: TensorFormat, side: "read" | "write") =>
+      (format.options ?? []).some((o) => o.name === name && (o.appliesTo === "both" || o.appliesTo === side));
+    const appliesHere = applies(input, "read") || applies(output, "write");
     if (appliesHere) continue;
     const owners = formats.filter((f) => f.options?.some((o) => o.name === name)).map((f) => f.name);
     notices.push(`--${name} applies to ${owners.join(", ") || "no format"}, not to reading ${input.name} or writing ${output.name}; ignored`);
@@ -516,4 +532,9 @@ export function tiedWeightsNotice(source: TensorSource, format: string): string 
         ? `${others} ${pairs.length === 1 ? "is" : "are"} left out with the metadata (flax msgpack has no place for it)`
         : `${others} ${pairs.length === 1 ? "is" : "are"} only named in the metadata`;
   return `tied weights: ${shown.join(", ")}${more}; ${format} has no shared arrays, so each is written once, under the kept name, and ${fate}`;
+}
+
+/** `a, b and c`. */
+function wordList(words: readonly string[]): string {
+  return words.length <= 1 ? words.join("") : `${words.slice(0, -1).join(", ")} and ${words[words.length - 1]}`;
 }

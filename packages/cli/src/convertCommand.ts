@@ -35,8 +35,10 @@ stderr. A reader that goes away (| head) ends the conversion quietly with status
 save_pretrained indexes it (model-00001-of-0000N.safetensors + model.safetensors.index.json; torch:
 pytorch_model-….bin); the output is then the index, a checkpoint name (weights.safetensors: its
 shards are weights-0000k-of-0000N.safetensors) or a folder (any other name: out, out/), and an output
-that names an index (*.index.json) shards at 5GB without the option. All shards and the index
-appear together or not at all; --force replaces an existing set whole.
+that names an index (*.index.json) shards at 5GB without the option. A GGUF output is split as
+gguf-py's GGUFWriter(split_max_size=...) splits it: model-0000k-of-0000N.gguf, each a GGUF with
+split.no/split.count/split.tensors.count, no index (the output names the first file). All files of
+a set appear together or not at all; --force replaces an existing set whole.
 
 A folder that holds a .metadata file is a distributed checkpoint (torch.distributed.checkpoint) and
 converts as one file: st-convert CKPT_DIR model.safetensors; st-convert model.safetensors CKPT_DIR
@@ -113,7 +115,7 @@ Exit status: 0 on success, 1 when the input is refused or the conversion fails, 
       if (context.json) printReport(context);
       else if (!context.quiet) {
         context.io.stderr(
-          `st-convert: ${result.input} (${result.inputFormat}) -> ${result.output} (${result.outputFormat}${result.files.length > 1 ? (result.output.toLowerCase().endsWith(".index.json") ? `, ${plural(result.files.length - 1, "shard")} and the index` : `, ${plural(result.files.length, "file")}`) : ""}): ${plural(result.tensors, "tensor")}, ${formatSize(result.bytes)}\n`,
+          `st-convert: ${result.input} (${result.inputFormat}) -> ${result.output} (${result.outputFormat}${filesNote(result.files, result.output)}): ${plural(result.tensors, "tensor")}, ${formatSize(result.bytes)}\n`,
         );
       }
       return EXIT_OK;
@@ -155,13 +157,17 @@ async function convertFolder(input: string, output: string, values: ParsedValues
   report.ok = true;
   if (context.json) printReport(context);
   else if (!context.quiet) {
-    const lines = result.checkpoints.map(
-      (c) => `  ${c.input} -> ${c.output}${c.files.length > 1 ? ` (${plural(c.files.length - 1, "shard")} and the index)` : ""}`,
-    );
+    const lines = result.checkpoints.map((c) => `  ${c.input} -> ${c.output}${c.files.length > 1 ? ` (${filesNote(c.files, c.output).slice(2)})` : ""}`);
     if (result.copied.length > 0) lines.push(`  copied ${plural(result.copied.length, "other file")}`);
     context.io.stderr(
       `${lines.join("\n")}\nst-convert: ${input} -> ${output} (${result.outputFormat}): ${plural(result.checkpoints.length, "checkpoint")}, ${plural(report.tensors, "tensor")}, ${formatSize(report.bytes)}\n`,
     );
   }
   return EXIT_OK;
+}
+
+/** `, 2 shards and the index` for a sharded checkpoint, `, 3 files` for a split set without an index, nothing for one file. */
+function filesNote(files: readonly string[], output: string): string {
+  if (files.length <= 1) return "";
+  return !output.endsWith(".index.json") ? `, ${plural(files.length, "file")} of a split set` : `, ${plural(files.length - 1, "shard")} and the index`;
 }

@@ -6,6 +6,7 @@
  */
 import { type ByteSource, StConvertError, type TensorFormat, safetensorsFormat, safetensorsIndexFormat } from "@st-convert/core";
 import { flaxFormat } from "@st-convert/flax/format";
+import { ggufFormat } from "@st-convert/gguf/format";
 import { jsonFormat } from "@st-convert/json/format";
 import { npyFormat, npzFormat } from "@st-convert/npy/format";
 import { dcpFormat, torchFormat, torchIndexFormat } from "@st-convert/torch/format";
@@ -23,6 +24,7 @@ export const FORMATS: readonly TensorFormat[] = [
   torchFormat,
   torchIndexFormat,
   dcpFormat,
+  ggufFormat,
 ];
 
 /**

@@ -31,11 +31,14 @@ export const infoCommand: Command = {
   help: (formats, formatOptions) => `Usage: st-convert info <file> [--json] [options]
 
 Lists what a tensor file holds: its format, its metadata and, for each tensor, the name, dtype,
-shape and byte length, with the totals. Only headers are read (a compressed archive may need
+shape and byte length, with the totals; where the file stores a tensor otherwise (a quantized GGUF
+tensor), also how ("stored": the format's type and the bytes in the file). Long metadata values a
+format can summarise (a GGUF tokenizer's token list) are shown as their type and length; --json
+gives them whole. Only headers are read (a compressed archive may need
 more). <file> may be - for stdin (copied to a scratch file first when it is a pipe).
 
 With --json, one line on stdout: {"version", "command": "info", "ok", "input": {"file", "format"},
-"metadata", "tensors": [{"name", "dtype", "shape", "bytes"}], "totals": {"tensors", "parameters",
+"metadata", "tensors": [{"name", "dtype", "shape", "bytes", "stored"?}], "totals": {"tensors", "parameters",
 "bytes"}, "globals", "warnings", "error"?} (report.schema.json in the package describes every command's report).
 "globals" lists the symbols a checkpoint's pickle names outside torch's weights-only allow-list
 (none is ever run; one that runs code or reaches the system refuses the file: DangerousGlobal).
@@ -82,10 +85,12 @@ function infoTree(file: string, found: InspectedFile, tree: TensorTreeNode): str
 }
 
 function metadataText(found: InspectedFile): string {
+  // A long value its format can summarise (a GGUF tokenizer's token list) is shown short; --json gives it whole.
+  const describe = found.formatSpec?.describeMetadata;
   return found.metadata === null
     ? "none"
     : Object.entries(found.metadata)
-        .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+        .map(([k, v]) => `${k}=${describe?.call(found.formatSpec, k, v) ?? JSON.stringify(v)}`)
         .join(", ") || "{}";
 }
 
@@ -104,7 +109,10 @@ function infoTable(file: string, found: InspectedFile): string {
   const count = tensors.length;
   const shapes: string[] = new Array(count);
   const sizes: string[] = new Array(count);
-  const widths = [4, 5, 5, 5]; // "name", "dtype", "shape", "bytes"
+  // How the file stores each tensor, where its format says (a GGUF tensor's ggml type and bytes).
+  const storedForm = found.formatSpec?.storedForm;
+  const stored: string[] | undefined = storedForm === undefined ? undefined : new Array(count);
+  const widths = [4, 5, 5, 5, 6]; // "name", "dtype", "shape", "bytes", "stored"
   let shape: readonly number[] = [];
   let shapeText = "[]";
   let size = 0;
@@ -128,33 +136,40 @@ function infoTable(file: string, found: InspectedFile): string {
     }
     shapes[i] = shapeText;
     sizes[i] = sizeText;
+    if (stored !== undefined) {
+      const form = storedForm!(t);
+      stored[i] = form === undefined ? "" : `${form.type} ${groupDigits(form.bytes)}`;
+      if (stored[i]!.length > widths[4]!) widths[4] = stored[i]!.length;
+    }
     if (t.name.length > widths[0]!) widths[0] = t.name.length;
     if (t.dtype.length > widths[1]!) widths[1] = t.dtype.length;
     if (shapeText.length > widths[2]!) widths[2] = shapeText.length;
     if (sizeText.length > widths[3]!) widths[3] = sizeText.length;
   }
-  const [nameWidth, dtypeWidth, shapeWidth, sizeWidth] = widths as [number, number, number, number];
-  const rest = (dtype: string, shapeCell: string, sizeCell: string): string =>
-    `  ${dtype.padEnd(dtypeWidth)}  ${shapeCell.padEnd(shapeWidth)}  ${sizeCell.padStart(sizeWidth)}`;
+  const [nameWidth, dtypeWidth, shapeWidth, sizeWidth, storedWidth] = widths as [number, number, number, number, number];
+  const rest = (dtype: string, shapeCell: string, sizeCell: string, storedCell: string | undefined): string =>
+    `  ${dtype.padEnd(dtypeWidth)}  ${shapeCell.padEnd(shapeWidth)}  ${sizeCell.padStart(sizeWidth)}${storedCell === undefined ? "" : `  ${storedCell.padEnd(storedWidth)}`.trimEnd()}`;
   const metadata = metadataText(found);
   // The text as parts joined once: a row is its name, its padding and what follows the name,
   // with no string made per row (50,000 rows made 100,000 strings for the collector to copy).
   const parts: string[] = new Array(3 * count + 5);
   parts[0] = `${file}: ${found.format}\nmetadata: ${metadata}\n\n`;
   parts[1] = "name".padEnd(nameWidth);
-  parts[2] = `${rest("dtype", "shape", "bytes")}\n`;
-  // Everything after the name, made again only when the row's dtype, shape or size changes.
+  parts[2] = `${rest("dtype", "shape", "bytes", stored === undefined ? undefined : "stored")}\n`;
+  // Everything after the name, made again only when the row's dtype, shape, size or stored form changes.
   let dtype = "";
   let after = "";
+  let storedText: string | undefined;
   const padding: string[] = [];
   let at = 3;
   for (let i = 0; i < count; i++) {
     const t = tensors[i]!;
-    if (t.dtype !== dtype || shapes[i] !== shapeText || sizes[i] !== sizeText || i === 0) {
+    if (t.dtype !== dtype || shapes[i] !== shapeText || sizes[i] !== sizeText || stored?.[i] !== storedText || i === 0) {
       dtype = t.dtype;
       shapeText = shapes[i]!;
       sizeText = sizes[i]!;
-      after = `${rest(dtype, shapeText, sizeText)}\n`;
+      storedText = stored?.[i];
+      after = `${rest(dtype, shapeText, sizeText, storedText)}\n`;
     }
     const pad = nameWidth - t.name.length;
     parts[at++] = t.name;

@@ -46,6 +46,8 @@ export interface FileReport {
 /** What a file holds, as {@link inspect} finds it but with the reader's own entries, read-only. */
 export interface InspectedFile {
   readonly format: string;
+  /** The format's own object, for its `info` hooks (`describeMetadata`, `storedForm`). */
+  readonly formatSpec?: TensorFormat;
   readonly metadata: Metadata | null;
   readonly tensors: readonly TensorEntry[];
   /** The symbols the file's pickle names outside its reader's allow-list (none run); absent for other formats. */
@@ -87,7 +89,7 @@ export async function readInput<T>(input: string | ByteSource, options: InspectO
     async (source, openSibling) => {
       const onWarning = options.onWarning === undefined ? undefined : (message: string) => options.onWarning?.(message, inputName);
       const { format, tensors } = await openInput(source, inputName, { ...options, onWarning: undefined }, formats, openSibling, onWarning);
-      return use({ format: format.name, metadata: tensors.selected.metadata, tensors: tensors.selected.tensors, globals: tensors.globals });
+      return use({ format: format.name, formatSpec: format, metadata: tensors.selected.metadata, tensors: tensors.selected.tensors, globals: tensors.globals });
     },
     options.remote,
   );
@@ -177,6 +179,7 @@ export async function openInput(
   formats: readonly TensorFormat[],
   openSibling: (name: string) => Promise<ByteSource>,
   onWarning: ((message: string) => void) | undefined,
+  writing?: string,
 ): Promise<{ format: TensorFormat; tensors: OpenedInput }> {
   const transforms = compileTransforms(options);
   const dropped = new Set<string>();
@@ -200,6 +203,7 @@ export async function openInput(
       scratch: () => createScratchFile(),
       openSibling,
       include,
+      writing,
     });
   } catch (error) {
     // Refused as the format its name says: when the content says another (an npz renamed

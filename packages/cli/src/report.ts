@@ -65,7 +65,8 @@ export interface InfoReport extends ReportBase {
   command: "info";
   input: FileRef | null;
   metadata: Record<string, string> | null;
-  tensors: { name: string; dtype: string; shape: number[]; bytes: number }[];
+  /** `stored`: how the file stores the tensor, where its format says (a GGUF tensor's ggml type and bytes). */
+  tensors: { name: string; dtype: string; shape: number[]; bytes: number; stored?: { type: string; bytes: number } }[];
   totals: { tensors: number; parameters: number; bytes: number };
   /** Symbols the file's pickle names outside its reader's allow-list, none of them run (`[]` for formats that cannot name code). */
   globals?: string[];
@@ -218,7 +219,12 @@ function blankReport(command: Report["command"]): Report {
 export function fillInfoReport(report: InfoReport, file: string, found: InspectedFile): void {
   report.input = { file, format: found.format };
   report.metadata = found.metadata === null ? null : { ...found.metadata };
-  report.tensors = found.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], bytes: t.byteLength }));
+  const storedForm = found.formatSpec?.storedForm;
+  report.tensors = found.tensors.map((t) => {
+    const stored = storedForm?.call(found.formatSpec, t);
+    const row = { name: t.name, dtype: t.dtype, shape: [...t.shape], bytes: t.byteLength };
+    return stored === undefined ? row : { ...row, stored: { type: stored.type, bytes: stored.bytes } };
+  });
   report.totals = infoTotals(found);
   report.globals = [...(found.globals ?? [])];
 }

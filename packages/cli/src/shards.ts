@@ -7,7 +7,16 @@
  */
 import { mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { type ByteSink, StConvertError, type TensorEntry, type TensorFormat, type TensorSource, createMetadata, splitAliases } from "@st-convert/core";
+import {
+  type ByteSink,
+  type SplitFile,
+  StConvertError,
+  type TensorEntry,
+  type TensorFormat,
+  type TensorSource,
+  createMetadata,
+  splitAliases,
+} from "@st-convert/core";
 import { type AtomicFileSink, createFileSink } from "@st-convert/core/node";
 import { parameterCount } from "./text.js";
 
@@ -63,7 +72,7 @@ const DEFAULT_WEIGHTS: Readonly<Record<string, string>> = { safetensors: "model.
 
 /** True when a format can be written as shards (one with a default checkpoint name). */
 export function shardable(format: TensorFormat): boolean {
-  return DEFAULT_WEIGHTS[format.name] !== undefined;
+  return DEFAULT_WEIGHTS[format.name] !== undefined || format.splitSet !== undefined;
 }
 
 /**
@@ -77,7 +86,7 @@ export async function shardTarget(output: string, format: TensorFormat): Promise
       (s) => s.isDirectory(),
       () => false,
     ));
-  const fallback = DEFAULT_WEIGHTS[format.name];
+  const fallback = DEFAULT_WEIGHTS[format.name] ?? format.splitSet?.defaultName;
   if (fallback === undefined) throw new StConvertError("InvalidOption", `${format.name} cannot be written as shards; write safetensors or torch`);
   const name = basename(output);
   const weightsName = name.endsWith(".index.json") ? name.slice(0, -".index.json".length) : name;
@@ -215,9 +224,19 @@ export async function writeShards(
     write: (part: TensorSource, sink: ByteSink, fileName: string) => Promise<void>;
     /** The names a written shard holds as another tensor's, as the output format reads the file back. */
     aliasesOf?: (path: string, fileName: string) => Promise<readonly string[]>;
+    /** The output format's own split set (its `splitSet.plan`), written instead of huggingface_hub's shards and index. */
+    splitSet?: (source: TensorSource, weightsName: string) => Promise<readonly SplitFile[]>;
   },
 ): Promise<ShardsWritten> {
-  const plan = typeof split === "number" ? planShards(source.tensors, split, target.weightsName) : split(source.tensors);
+  const splitFiles = await options.splitSet?.(source, target.weightsName);
+  // A set of the format's own has no index: each file is found by its name, and writes itself.
+  const fileByName = new Map(splitFiles?.map((f) => [f.name, f]));
+  const plan: ShardPlan =
+    splitFiles !== undefined
+      ? { shards: splitFiles.map((f) => ({ name: f.name, tensors: [...f.tensors] })), sharded: false, totalSize: 0, totalParameters: 0 }
+      : typeof split === "number"
+        ? planShards(source.tensors, split, target.weightsName)
+        : split(source.tensors);
   const names = plan.shards.map((s) => s.name);
   if (plan.sharded) names.push(target.indexName);
   if (!options.force) {
@@ -252,10 +271,14 @@ export async function writeShards(
     const { aliases, rest } = splitAliases(source.metadata, source.tensors);
     for (const shard of plan.shards) {
       const sink = await open(shard.name);
+      const file = fileByName.get(shard.name);
       const held = new Set(shard.tensors.map((t) => t.name));
       const own = Object.entries(aliases).filter(([, kept]) => held.has(kept));
-      const metadata = plan.sharded ? (rest === null && own.length === 0 ? null : createMetadata([...Object.entries(rest ?? {}), ...own])) : source.metadata;
-      await options.write({ metadata, tensors: shard.tensors }, sink, sink.name);
+      if (file !== undefined) await file.write(sink);
+      else {
+        const metadata = plan.sharded ? (rest === null && own.length === 0 ? null : createMetadata([...Object.entries(rest ?? {}), ...own])) : source.metadata;
+        await options.write({ metadata, tensors: shard.tensors }, sink, sink.name);
+      }
       await sink.close();
       if (plan.sharded && own.length > 0 && options.aliasesOf !== undefined) shard.aliases = [...(await options.aliasesOf(sink.tempPath, sink.name))];
     }
@@ -270,9 +293,10 @@ export async function writeShards(
     if (created !== undefined) await rm(created, { recursive: true }).catch(() => {});
     throw error;
   }
-  const removed = options.force ? await removeReplaced(target, new Set(names), plan.sharded) : [];
+  const setOfFiles = splitFiles !== undefined && splitFiles.length > 1;
+  const removed = options.force ? await removeReplaced(target, new Set(names), plan.sharded || setOfFiles) : [];
   const files = names.map((n) => join(target.dir, n));
-  return { output: join(target.dir, plan.sharded ? target.indexName : target.weightsName), files, removed };
+  return { output: join(target.dir, plan.sharded ? target.indexName : splitFiles !== undefined ? names[0]! : target.weightsName), files, removed };
 }
 
 /** Files of an earlier set that the new one replaces: other shards of the pattern, a stale index or single file. */

@@ -28,7 +28,7 @@ describe("formats st-convert does not convert", () => {
     [join("saved_model", "saved_model.pb"), /the graph of a TensorFlow SavedModel/],
   ])("%s is named for what it is, exit 1 [UnsupportedFormat], in convert and info", (name, what) => {
     const line = new RegExp(
-      `^st-convert: ${foreign(name).replace(/[.]/g, "\\.")}: ${what.source}.*; st-convert does not convert it \\(it reads safetensors, npy, npz, flax, json, torch\\) \\[UnsupportedFormat\\]\\n$`,
+      `^st-convert: ${foreign(name).replace(/[.]/g, "\\.")}: ${what.source}.*; st-convert does not convert it \\(it reads safetensors, npy, npz, flax, json, torch, gguf\\) \\[UnsupportedFormat\\]\\n$`,
     );
     const converted = runCli([foreign(name), join(dir, "out.safetensors")]);
     expect(converted.stderr).toMatch(line);

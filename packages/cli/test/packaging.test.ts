@@ -30,10 +30,11 @@ const packages = readdirSync(join(REPO_ROOT, "packages"))
   .filter((p) => p.manifest.private !== true);
 
 describe("published packages", () => {
-  it("are the seven the project ships", () => {
+  it("are the eight the project ships", () => {
     expect(packages.map((p) => p.manifest.name).sort()).toEqual([
       "@st-convert/core",
       "@st-convert/flax",
+      "@st-convert/gguf",
       "@st-convert/json",
       "@st-convert/native",
       "@st-convert/npy",

@@ -43,7 +43,7 @@ describe("--max-shard-size", () => {
     orderedSafetensors(input, [["a", "U8", [10]]]);
     expect(runCli([input, join(dir, "o.npz"), "--max-shard-size", "5"])).toMatchObject({
       status: 2,
-      stderr: expect.stringMatching(/applies to safetensors and torch outputs, not npz/),
+      stderr: expect.stringMatching(/applies to safetensors, torch and gguf outputs, not npz/),
     });
     expect(runCli([input, "-", "--to", "safetensors", "--max-shard-size", "5"]).status).toBe(2);
   });

@@ -4,7 +4,7 @@
  */
 import type { ByteSink, ByteSource, ScratchFactory } from "./ByteSource.js";
 import { StConvertError } from "./StConvertError.js";
-import type { TensorSource } from "./Tensor.js";
+import type { TensorEntry, TensorSource } from "./Tensor.js";
 
 /** A command-line option a format adds, e.g. npy's `--name` or flax's `--sep`. */
 export interface FormatOption {
@@ -50,6 +50,30 @@ export interface FormatContext {
    * having the whole file refused. Readers that ignore it are still correct: the caller filters again.
    */
   readonly include?: (name: string) => boolean;
+  /**
+   * The name of the format the tensors are read for, when a conversion knows it (not `info`): a
+   * reader may then keep a stored form that its own format's writer takes back as it is (a GGUF
+   * read for a GGUF output keeps its quantized blocks instead of dequantizing them).
+   */
+  readonly writing?: string;
+}
+
+/** How a file stores a tensor, where that differs from its dtype (for `info`). */
+export interface StoredForm {
+  /** The format's own name for the type (a GGUF tensor's ggml type, `"Q4_K"`). */
+  readonly type: string;
+  /** Bytes the tensor takes in the file. */
+  readonly bytes: number;
+}
+
+/** One file of a format's own split set (see {@link TensorFormat.splitSet}). */
+export interface SplitFile {
+  /** Its file name, beside the others. */
+  readonly name: string;
+  /** The tensors it holds. */
+  readonly tensors: readonly TensorEntry[];
+  /** Writes the whole file to the sink; the caller closes or aborts the sink. */
+  write(sink: ByteSink): Promise<void>;
 }
 
 /** A file format: how to recognise, read and write it. */
@@ -88,6 +112,24 @@ export interface TensorFormat {
   readonly readOnly?: boolean;
   /** True when the first bytes of a file look like this format (used when the extension says nothing). */
   sniff?(head: Uint8Array): boolean;
+  /**
+   * A short form of a metadata entry for `info`'s text view, or undefined to show it whole (a GGUF
+   * tokenizer's 150,000 tokens as their type and count); `--json` always gives the whole value.
+   */
+  describeMetadata?(key: string, value: string): string | undefined;
+  /** How the file stores a tensor this format's reader listed, where that differs from its dtype (for `info`). */
+  storedForm?(entry: TensorEntry): StoredForm | undefined;
+  /**
+   * A split convention of the format's own, which `--max-shard-size` follows instead of
+   * huggingface_hub's split and index (GGUF's split sets: `model-0000k-of-0000N.gguf`, each file
+   * a GGUF of its own, no index).
+   */
+  readonly splitSet?: {
+    /** The checkpoint's name when the output is a folder (`model.gguf`). */
+    readonly defaultName: string;
+    /** The files of the set, in order, named after `weightsName`; one file, so named, when nothing needs splitting. */
+    plan(tensors: TensorSource, maxShardSize: number, weightsName: string, context: FormatContext): Promise<readonly SplitFile[]>;
+  };
   /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */
   open(source: ByteSource, context: FormatContext): Promise<TensorSource>;
   /** Writes tensors to the sink. The caller closes or aborts the sink. */

@@ -98,6 +98,8 @@ export {
   type FormatContext,
   type FormatOption,
   type FormatOptionValues,
+  type SplitFile,
+  type StoredForm,
   type TensorFormat,
   fileStem,
   lazyModule,

@@ -226,3 +226,4 @@ export {
 } from "./differential.js";
 export { MUTATORS, type Mutant, type MutationContext, type Mutator, mutate } from "./mutators.js";
 export { Random } from "./Random.js";
+export { describeGgml, type GgmlOracle, ggmlLibrary, ggmlOracle } from "./ggmlOracle.js";

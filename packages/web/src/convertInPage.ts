@@ -34,7 +34,7 @@ import {
   withContext,
 } from "@st-convert/core";
 import { FORMATS, detectInputFormat, formatByExtension, formatByName } from "./formats.js";
-import { plural } from "./text.js";
+import { groupDigits, plural } from "./text.js";
 
 /** A picked file: a `File`, or any `Blob` with a name. */
 export interface NamedBlob extends Blob {
@@ -119,6 +119,8 @@ export interface TensorRow {
   dtype: string;
   shape: number[];
   byteLength: number;
+  /** How the file stores it, where its format says (a quantized GGUF tensor: `Q4_K 288`). */
+  stored?: string;
 }
 
 /** What a file holds, as `st-convert info --json` reports it. */
@@ -126,6 +128,8 @@ export interface FileInfo {
   file: string;
   format: string;
   metadata: Metadata | null;
+  /** The metadata as the text view shows it: long values its format can summarise, summarised. */
+  metadataShown?: [string, string][];
   tensors: TensorRow[];
   totals: { tensors: number; parameters: number; bytes: number };
 }
@@ -152,8 +156,13 @@ export async function inspectFiles(files: readonly NamedBlob[], settings: PageSe
   const compiled = compileSettings({ formatOptions: settings.formatOptions });
   return withInput(files, async (source, file) => {
     const { format, tensors } = await openInput(source, file, files, compiled, (message) => onWarning?.(`${file}: ${message}`));
-    const rows = tensors.tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: [...t.shape], byteLength: t.byteLength }));
-    return { file, format: format.name, metadata: tensors.metadata, tensors: rows, totals: totalsOf(rows) };
+    const rows = tensors.tensors.map((t): TensorRow => {
+      const stored = format.storedForm?.(t);
+      const row = { name: t.name, dtype: t.dtype, shape: [...t.shape], byteLength: t.byteLength };
+      return stored === undefined ? row : { ...row, stored: `${stored.type} ${groupDigits(stored.bytes)}` };
+    });
+    const metadataShown = Object.entries(tensors.metadata ?? {}).map(([key, value]): [string, string] => [key, format.describeMetadata?.(key, value) ?? value]);
+    return { file, format: format.name, metadata: tensors.metadata, metadataShown, tensors: rows, totals: totalsOf(rows) };
   });
 }
 
@@ -236,10 +245,17 @@ export async function convertFiles(
   return withInput(
     files,
     async (source, file) => {
-      const opened = await openInput(source, file, files, compiled, (message) => {
-        warnedOnInput = true;
-        warn(file)(message);
-      });
+      const opened = await openInput(
+        source,
+        file,
+        files,
+        compiled,
+        (message) => {
+          warnedOnInput = true;
+          warn(file)(message);
+        },
+        outputFormat.name,
+      );
       const kept = opened.tensors.tensors.filter((t) => opened.include(t.name));
       if (kept.length === 0 && !compiled.allowEmpty) {
         // As the command: an empty output is a mistake when the input had tensors (the selection
@@ -371,6 +387,7 @@ async function openInput(
   files: readonly NamedBlob[],
   settings: CompiledSettings,
   onWarning: ((message: string) => void) | undefined,
+  writing?: string,
 ): Promise<{ format: TensorFormat; tensors: TensorSource; dropped: Set<string>; include: (name: string) => boolean }> {
   const dropped = new Set<string>();
   const include = (name: string): boolean => {
@@ -385,6 +402,7 @@ async function openInput(
     fileName,
     openSibling: async (name) => openSibling(files, fileName, name),
     include,
+    writing,
   });
   return { format, tensors, dropped, include };
 }

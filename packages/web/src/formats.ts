@@ -5,6 +5,7 @@
  */
 import { type ByteSource, StConvertError, type TensorFormat, fileStem, safetensorsFormat, safetensorsIndexFormat } from "@st-convert/core";
 import { flaxFormat } from "@st-convert/flax/format";
+import { ggufFormat } from "@st-convert/gguf/format";
 import { jsonFormat } from "@st-convert/json/format";
 import { npyFormat, npzFormat } from "@st-convert/npy/format";
 import { dcpFormat, torchFormat, torchIndexFormat } from "@st-convert/torch/format";
@@ -20,6 +21,7 @@ export const FORMATS: readonly TensorFormat[] = [
   torchFormat,
   torchIndexFormat,
   dcpFormat,
+  ggufFormat,
 ];
 
 /**

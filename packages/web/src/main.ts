@@ -413,11 +413,24 @@ function renderInfo(found: FileInfo): void {
   const entries = found.metadata === null ? [] : Object.entries(found.metadata);
   metadataLine.textContent = found.metadata === null ? "metadata: none" : entries.length === 0 ? "metadata: {}" : "metadata:";
   metadataTable.hidden = entries.length === 0;
-  metadataTable.tBodies[0]!.replaceChildren(...entries.map(([key, value]) => row([key, value])));
-  const rows = found.tensors.slice(0, MAX_TABLE_ROWS).map((t) => row([t.name, t.dtype, `[${t.shape.join(", ")}]`, groupDigits(t.byteLength)], 3));
+  metadataTable.tBodies[0]!.replaceChildren(...(found.metadataShown ?? entries).map(([key, value]) => row([key, value])));
+  // A "stored" column where the format says how it stores tensors (a GGUF's ggml types).
+  const stored = found.tensors.some((t) => t.stored !== undefined);
+  const headers = ["name", "dtype", "shape", "bytes", ...(stored ? ["stored"] : [])];
+  element("table#tensors thead tr", HTMLTableRowElement).replaceChildren(
+    ...headers.map((text, i) => {
+      const th = document.createElement("th");
+      th.textContent = text;
+      if (i === 3) th.className = "number";
+      return th;
+    }),
+  );
+  const rows = found.tensors
+    .slice(0, MAX_TABLE_ROWS)
+    .map((t) => row([t.name, t.dtype, `[${t.shape.join(", ")}]`, groupDigits(t.byteLength), ...(stored ? [t.stored ?? ""] : [])], 3));
   if (found.tensors.length > MAX_TABLE_ROWS) {
     const more = row([`… and ${plural(found.tensors.length - MAX_TABLE_ROWS, "more tensor")} (counted in the totals)`]);
-    more.cells[0]!.colSpan = 4;
+    more.cells[0]!.colSpan = headers.length;
     rows.push(more);
   }
   element("table#tensors", HTMLTableElement).tBodies[0]!.replaceChildren(...rows);

@@ -43,7 +43,7 @@ describe("the page's bundle", () => {
 
   it("bundles core and every adapter the command registers", () => {
     const ids = record.chunks.flatMap((c) => c.moduleIds);
-    for (const pkg of ["core", "npy", "flax", "json", "torch"]) {
+    for (const pkg of ["core", "npy", "flax", "json", "torch", "gguf"]) {
       expect(
         ids.some((id) => id.includes(`/packages/${pkg}/dist/`)),
         pkg,

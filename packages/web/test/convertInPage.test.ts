@@ -44,11 +44,11 @@ describe("compileSettings", () => {
 
 describe("formats", () => {
   it("offers every writable format of the command, and no index", () => {
-    expect(OUTPUT_FORMATS.map((f) => f.name)).toEqual(["safetensors", "npy", "npz", "flax", "json", "torch"]);
+    expect(OUTPUT_FORMATS.map((f) => f.name)).toEqual(["safetensors", "npy", "npz", "flax", "json", "torch", "gguf"]);
     // A distributed checkpoint is read from its picked folder; a page saves one file, so it is not written here.
     expect(FORMATS.map((f) => f.name)).toContain("dcp");
     expect(FORMATS.map((f) => f.name)).toContain("safetensors-index");
-    expect(() => formatByName("gguf")).toThrow(/unknown format "gguf"/);
+    expect(() => formatByName("tflite")).toThrow(/unknown format "tflite"/);
   });
   it("names the output after the input, its format's extension replaced (the longest known one)", () => {
     expect(outputFileName("model.safetensors", formatByName("npz"))).toBe("model.npz");
@@ -131,6 +131,20 @@ describe("inspectFiles and convertFiles", () => {
     const line = await failure(convertFiles([fixtureFile("npy/sample_model.npz")], "safetensors", sink, "x.safetensors", {}, { signal: controller.signal }));
     expect(line).toContain("[Aborted]");
     expect(() => sink.blob()).toThrow();
+  });
+
+  it("show a GGUF's ggml types and summarised keys, and give a GGUF back byte for byte", async () => {
+    const info = await inspectFiles([fixtureFile("gguf/quant.gguf")]);
+    expect(info.tensors.map((t) => [t.name, t.dtype, t.stored])).toEqual([
+      ["q8_0", "F32", "Q8_0 204"],
+      ["q4_0", "F32", "Q4_0 36"],
+      ["q4_k", "F32", "Q4_K 288"],
+      ["q6_k_3d", "F32", "Q6_K 420"],
+    ]);
+    expect(info.metadataShown?.[0]).toEqual(["gguf.general.architecture", 'STRING "llama"']);
+    const sink = new BlobSink();
+    await convertFiles([fixtureFile("gguf/quant.gguf")], "gguf", sink, "quant.gguf");
+    expect(new Uint8Array(await sink.blob().arrayBuffer())).toEqual(new Uint8Array(readFileSync(fixturePath("gguf/quant.gguf"))));
   });
 
   it("plan the bytes a conversion writes: the selection kept, the casts applied", async () => {

@@ -1,0 +1,161 @@
+/**
+ * The st-convert command with GGUF files (fixtures/gguf, written by gguf-py): GGUF → GGUF is the
+ * input byte for byte, and so is GGUF → safetensors → GGUF with the blocks kept; --rename and
+ * --metadata pass blocks through; info shows each tensor's ggml type and stored bytes and summarises
+ * long arrays; split sets both ways; --quantize; refusals as exit 1 with one coded line.
+ */
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { MemorySink, tensorFromBytes } from "@st-convert/core";
+import { type AtomicFileSink, createFileSink, openFileSource } from "@st-convert/core/node";
+import { nativeIo } from "@st-convert/native";
+import { fixturePath, makeTempDir, expectOneLineRefusal as oneLineRefusal, pseudoRandomBytes, runCli, toHex } from "@st-convert/testing";
+import { detectInputFormat, formatByName } from "../src/index.js";
+
+let dir: string;
+let cleanup: () => void;
+beforeEach(() => ({ dir, cleanup } = makeTempDir()));
+afterEach(() => cleanup());
+
+const gguf = (name: string) => fixturePath("gguf", name);
+const hex = (path: string) => toHex(readFileSync(path));
+const ok = (args: string[]) => {
+  const run = runCli(args);
+  expect(run.status, run.stderr).toBe(0);
+  return run;
+};
+
+describe("st-convert with GGUF files", () => {
+  it("GGUF → GGUF with nothing asked is the input, byte for byte, quantized blocks and all", () => {
+    for (const name of ["quant.gguf", "plain.gguf", "align64.gguf"]) {
+      ok([gguf(name), join(dir, name)]);
+      expect(hex(join(dir, name))).toBe(hex(gguf(name)));
+    }
+  });
+
+  it("GGUF → safetensors (blocks kept), .npz, JSON → GGUF gives the file back byte for byte", () => {
+    for (const [via, extra] of [
+      ["kept.safetensors", ["--keep-quantized"]],
+      ["kept.npz", ["--keep-quantized"]],
+      ["kept.json", ["--keep-quantized"]],
+    ] as const) {
+      ok([gguf("quant.gguf"), join(dir, via), ...extra]);
+      ok([join(dir, via), join(dir, `${via}.gguf`)]);
+      expect(hex(join(dir, `${via}.gguf`))).toBe(hex(gguf("quant.gguf")));
+    }
+  });
+
+  it("--rename and --metadata pass the quantized blocks through untouched", () => {
+    const out = join(dir, "renamed.gguf");
+    ok([gguf("quant.gguf"), out, "--rename", "^q=w.q", "--metadata", "general.name=renamed"]);
+    const report = JSON.parse(runCli(["info", out, "--json"]).stdout) as {
+      metadata: Record<string, string>;
+      tensors: { name: string; stored: { type: string } }[];
+    };
+    expect(report.tensors.map((t) => [t.name, t.stored.type])).toEqual([
+      ["w.q8_0", "Q8_0"],
+      ["w.q4_0", "Q4_0"],
+      ["w.q4_k", "Q4_K"],
+      ["w.q6_k_3d", "Q6_K"],
+    ]);
+    expect(JSON.parse(report.metadata["gguf.general.name"]!)).toEqual({ type: "STRING", value: "renamed" });
+    // The blocks: the file's data section equals the input's.
+    const data = (path: string) => readFileSync(path).subarray(-948 - 12 * 4);
+    expect(toHex(data(out))).toBe(toHex(data(gguf("quant.gguf"))));
+  });
+
+  it("info: each tensor's dtype as read, its ggml type and stored bytes; long arrays as type and length", () => {
+    const table = ok(["info", gguf("quant.gguf")]).stdout;
+    expect(table).toContain("name     dtype  shape        bytes  stored\n");
+    expect(table).toContain("q4_k     F32    [2, 256]     2,048  Q4_K 288\n");
+    expect(table).toContain('gguf.general.architecture=STRING "llama"');
+    // A long array: a file with 20 tokens.
+    const tokens = join(dir, "tokens.gguf");
+    ok([
+      gguf("no_tensors.gguf"),
+      tokens,
+      "--metadata",
+      `gguf.tokenizer.ggml.tokens=${JSON.stringify({ type: "ARRAY", itemType: "STRING", value: Array.from({ length: 20 }, (_, i) => `t${i}`) })}`,
+    ]);
+    expect(ok(["info", tokens]).stdout).toContain("gguf.tokenizer.ggml.tokens=ARRAY<STRING>[20]");
+    const json = JSON.parse(ok(["info", tokens, "--json"]).stdout) as { metadata: Record<string, string> };
+    expect(JSON.parse(json.metadata["gguf.tokenizer.ggml.tokens"]!).value).toHaveLength(20);
+  });
+
+  it("--max-shard-size writes a split set, read back through its first file as one checkpoint", () => {
+    const run = ok([gguf("quant.gguf"), join(dir, "model.gguf"), "--max-shard-size", "300"]);
+    expect(run.stderr).toContain("(gguf, 3 files of a split set)");
+    for (const k of [1, 2, 3]) expect(existsSync(join(dir, `model-0000${k}-of-00003.gguf`))).toBe(true);
+    expect(existsSync(join(dir, "model.gguf"))).toBe(false);
+    ok([join(dir, "model-00001-of-00003.gguf"), join(dir, "back.gguf")]);
+    expect(hex(join(dir, "back.gguf"))).toBe(hex(gguf("quant.gguf")));
+    oneLineRefusal([join(dir, "model-00002-of-00003.gguf"), join(dir, "x.safetensors")], "InvalidSplit");
+  });
+
+  it("--quantize: the eligible tensors become blocks, and the command says which others keep their dtype", () => {
+    ok([gguf("plain.gguf"), join(dir, "plain.safetensors")]);
+    const run = ok([join(dir, "plain.safetensors"), join(dir, "q.gguf"), "--quantize", "Q8_0"]);
+    expect(run.stderr).toMatch(/warning: .*q\.gguf: kept as they are, not quantized: /);
+    expect(run.stderr).toContain('"f32_2d" (rows of 5 are not whole Q8_0 blocks of 32)');
+    expect(run.stderr).toContain('"f16_1d" (1 dimension (quantized tensors have 2 or more))');
+    ok([gguf("quant.gguf"), join(dir, "f32.safetensors")]);
+    const all = ok([join(dir, "f32.safetensors"), join(dir, "q8.gguf"), "--quantize", "Q8_0", "--quantize", "q4_k:Q4_K"]);
+    expect(all.stderr).not.toContain("warning");
+    const report = JSON.parse(ok(["info", join(dir, "q8.gguf"), "--json"]).stdout) as { tensors: { name: string; stored: { type: string } }[] };
+    expect(report.tensors.map((t) => [t.name, t.stored.type])).toEqual([
+      ["q8_0", "Q8_0"],
+      ["q4_0", "Q8_0"],
+      ["q4_k", "Q4_K"],
+      ["q6_k_3d", "Q8_0"],
+    ]);
+    expect(runCli([join(dir, "plain.safetensors"), join(dir, "q.gguf"), "--quantize", "Q9_K", "--force"]).status).toBe(2);
+    // GGUF → GGUF: quantized tensors stay their blocks, and --quantize is not "ignored" (the same format reads and writes).
+    const again = ok([gguf("quant.gguf"), join(dir, "re.gguf"), "--quantize", "Q4_K"]);
+    expect(again.stderr).not.toContain("ignored");
+    expect(again.stderr).toContain('"q8_0" (already Q8_0 blocks, passed through as they are)');
+    expect(hex(join(dir, "re.gguf"))).toBe(hex(gguf("quant.gguf")));
+    oneLineRefusal([join(dir, "plain.safetensors"), join(dir, "q2.gguf"), "--quantize", "f32_2d:Q8_0"], "InvalidArgument");
+  });
+
+  it("refuses a hostile file and a dtype GGUF cannot hold with one coded line, writing nothing", () => {
+    const bad = join(dir, "bad.gguf");
+    const bytes = new Uint8Array(readFileSync(gguf("quant.gguf")));
+    bytes[4] = 1; // version 1
+    writeFileSync(bad, bytes);
+    expect(oneLineRefusal([bad, join(dir, "out.safetensors")], "UnsupportedVersion")).toMatch(/bad\.gguf: GGUF version 1 \(GGUFv1\) is no longer supported/);
+    ok([gguf("quant.gguf"), join(dir, "kept.safetensors"), "--keep-quantized"]);
+    // Without its record (--metadata cannot remove it; a new key file can): U8 has no GGUF type.
+    ok([join(dir, "kept.safetensors"), join(dir, "kept.npy"), "--filter", "^q8_0$"]);
+    expect(oneLineRefusal([join(dir, "kept.npy"), join(dir, "u8.gguf")], "Unsupported")).toMatch(
+      /GGUF has no type for U8; cast it first, e\.g\. --cast U8=I16/,
+    );
+    expect(existsSync(join(dir, "u8.gguf"))).toBe(false);
+  });
+});
+
+describe.skipIf(nativeIo() === undefined)("kernel copies", () => {
+  /** Converts with the registry's reader and writer into a file sink; the bytes it copied in the kernel. */
+  async function kernelCopied(input: string, output: string, to: string): Promise<number> {
+    const file = await openFileSource(input);
+    try {
+      const source = await (await detectInputFormat(file)).open(file, { options: {}, writing: to });
+      const sink = (await createFileSink(output)) as AtomicFileSink;
+      await formatByName(to).write(source, sink, { options: {} });
+      await sink.close();
+      return sink.kernelCopied;
+    } finally {
+      await file.close();
+    }
+  }
+
+  it("a GGUF's plain tensors and kept blocks reach the kernel copy, both ways", async () => {
+    const big = tensorFromBytes({ name: "w", dtype: "F32", shape: [896, 1024] }, pseudoRandomBytes(7, 896 * 1024 * 4));
+    const sink = new MemorySink();
+    await formatByName("gguf").write({ metadata: null, tensors: [big] }, sink, { options: {} });
+    writeFileSync(join(dir, "big.gguf"), sink.bytes());
+    expect(await kernelCopied(join(dir, "big.gguf"), join(dir, "big.safetensors"), "safetensors")).toBe(896 * 1024 * 4);
+    expect(await kernelCopied(join(dir, "big.safetensors"), join(dir, "back.gguf"), "gguf")).toBe(896 * 1024 * 4);
+    expect(hex(join(dir, "back.gguf"))).toBe(toHex(sink.bytes()));
+  });
+});

@@ -1,0 +1,170 @@
+/**
+ * The block-type kernels against ggml's C on fresh random data (skipped with a note without the
+ * library; `.ci/run` requires it): dequantization of random blocks of every type (3,000 each of Q4_K
+ * and Q8_0), and quantization of random rows of every type we make.
+ */
+import { describeGgml, Random } from "@st-convert/testing";
+import { expect, it } from "vitest";
+import { canDequantize, canQuantize, dequantizeRows, GgmlType, ggmlTypeInfo, quantizeRows } from "../../src/quants/index.js";
+
+/** Byte offsets of each type's f16 scales, given finite random values so most blocks are ordinary numbers. */
+const F16_SCALES: Record<string, number[]> = {
+  Q4_0: [0],
+  Q4_1: [0, 2],
+  Q5_0: [0],
+  Q5_1: [0, 2],
+  Q8_0: [0],
+  Q2_K: [80, 82],
+  Q3_K: [108],
+  Q4_K: [0, 2],
+  Q5_K: [0, 2],
+  Q6_K: [208],
+  IQ2_XXS: [0],
+  IQ2_XS: [0],
+  IQ2_S: [0],
+  IQ3_XXS: [0],
+  IQ3_S: [0],
+  IQ1_S: [0],
+  IQ4_NL: [0],
+  IQ4_XS: [0],
+  TQ1_0: [52],
+  TQ2_0: [64],
+};
+
+function randomBlocks(random: Random, name: string, count: number): Uint8Array {
+  const info = ggmlTypeInfo((GgmlType as Record<string, number>)[name]!)!;
+  const out = random.bytes(count * info.typeSize);
+  for (let b = 0; b < count; b++) {
+    // one block in 16 keeps its random scale bits: NaN, infinite and subnormal scales included
+    if (random.int(16) === 0) continue;
+    for (const at of F16_SCALES[name] ?? []) {
+      const h = (random.int(2) << 15) | (random.range(1, 24) << 10) | random.int(1024);
+      out[b * info.typeSize + at] = h & 0xff;
+      out[b * info.typeSize + at + 1] = h >> 8;
+    }
+  }
+  return out;
+}
+
+function normal(random: Random): number {
+  const u = (random.uint32() + 1) / 2 ** 32;
+  const v = random.uint32() / 2 ** 32;
+  return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
+}
+
+/** Rows of 256 values: Gaussian at random scales, groups of 16 scaled apart, outliers, zeros, ties on eighths. */
+function randomRows(random: Random, rows: number): Float32Array {
+  const out = new Float32Array(rows * 256);
+  for (let r = 0; r < rows; r++) {
+    const scale = 10 ** random.range(-6, 4);
+    const kind = random.int(5);
+    for (let g = 0; g < 16; g++) {
+      const groupScale = kind === 1 ? scale * (0.05 + 2 * (random.uint32() / 2 ** 32)) : scale;
+      for (let i = 0; i < 16; i++) {
+        let v = normal(random) * groupScale;
+        if (kind === 2 && random.chance(0.02)) v *= 100;
+        if (kind === 3 && random.chance(0.5)) v = 0;
+        if (kind === 4) v = Math.round(v * 8) / 8;
+        out[r * 256 + g * 16 + i] = v;
+      }
+    }
+  }
+  return out;
+}
+
+function bitDifferences(ours: Float32Array, expected: Float32Array): string[] {
+  const a = new Uint32Array(ours.buffer, ours.byteOffset, ours.length);
+  const b = new Uint32Array(expected.buffer, expected.byteOffset, expected.length);
+  const out: string[] = [];
+  for (let i = 0; i < a.length && out.length < 8; i++) {
+    if (a[i] === b[i] || (Number.isNaN(ours[i]) && Number.isNaN(expected[i]))) continue;
+    out.push(`[${i}] ${ours[i]} vs ${expected[i]}`);
+  }
+  return out;
+}
+
+const DEQUANTIZED = Object.keys(GgmlType).filter((name) => {
+  const info = ggmlTypeInfo((GgmlType as Record<string, number>)[name]!)!;
+  return info.blockSize > 1 && canDequantize((GgmlType as Record<string, number>)[name]!);
+});
+
+describeGgml("block types against ggml's C", (oracle) => {
+  it("ggmlTypeInfo has ggml's block geometry for every type id ggml knows", () => {
+    const traits = oracle.traits();
+    for (const [id, t] of Object.entries(traits)) {
+      const ours = ggmlTypeInfo(Number(id));
+      expect(ours && { name: ours.name.toLowerCase(), blockSize: ours.blockSize, typeSize: ours.typeSize }, `type ${id}`).toEqual({
+        name: t.name.toLowerCase(),
+        blockSize: t.blockSize,
+        typeSize: t.typeSize,
+      });
+    }
+    for (let id = 0; id < 64; id++) expect(ggmlTypeInfo(id) === undefined, `type ${id}`).toBe(traits[id] === undefined);
+  });
+
+  for (const name of DEQUANTIZED) {
+    const count = name === "Q4_K" || name === "Q8_0" ? 3000 : 200;
+    it(`dequantizes ${count} random ${name} blocks to ggml's bits`, () => {
+      const type = (GgmlType as Record<string, number>)[name]!;
+      const info = ggmlTypeInfo(type)!;
+      const blocks = randomBlocks(new Random(0x6767, type), name, count);
+      const ours = new Float32Array(count * info.blockSize);
+      dequantizeRows(type, blocks, ours);
+      expect(bitDifferences(ours, oracle.dequantize(type, blocks))).toEqual([]);
+    });
+  }
+
+  /** Rows no model should hold but a file can: infinities, NaN (the quiet default one), all-NaN, ±FLT_MAX, all-subnormal, one huge outlier. */
+  function hostileRows(): Float32Array {
+    const rows = new Float32Array(256 * 8);
+    for (let i = 0; i < rows.length; i++) rows[i] = Math.sin(i * 0.7) * 3;
+    rows[5] = Number.POSITIVE_INFINITY;
+    rows[256 + 77] = Number.NEGATIVE_INFINITY;
+    rows[512 + 9] = Number.NaN;
+    rows.fill(Number.NaN, 768, 1024);
+    rows[1024 + 3] = 3.4028234663852886e38;
+    rows[1024 + 200] = -3.4028234663852886e38;
+    for (let i = 1280; i < 1536; i++) rows[i] = i % 3 === 0 ? 1e-45 : -(i % 7) * 1e-45;
+    rows[1536 + 100] = 1e30;
+    rows.fill(0, 1792, 2048);
+    rows[1792 + 255] = -1e-38;
+    return rows;
+  }
+
+  for (const name of Object.keys(GgmlType)) {
+    const type = (GgmlType as Record<string, number>)[name]!;
+    if (!canQuantize(type)) continue;
+    it(`quantizes rows with infinities, NaN, FLT_MAX and subnormals to ${name} as ggml_quantize_chunk does`, () => {
+      const info = ggmlTypeInfo(type)!;
+      const rows = hostileRows();
+      const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
+      quantizeRows(type, rows, ours);
+      const expected = oracle.quantize(type, rows, 256);
+      const rowBytes = expected.length / 8;
+      const differing: number[] = [];
+      for (let r = 0; r < 8; r++) {
+        if (!Buffer.from(ours.subarray(r * rowBytes, (r + 1) * rowBytes)).equals(Buffer.from(expected.subarray(r * rowBytes, (r + 1) * rowBytes))))
+          differing.push(r);
+      }
+      expect(differing).toEqual([]);
+    });
+    it(`quantizes 256 random rows to ${name} as ggml_quantize_chunk does`, () => {
+      const info = ggmlTypeInfo(type)!;
+      const rows = randomRows(new Random(0x7171, type), 256);
+      const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
+      quantizeRows(type, rows, ours);
+      const expected = oracle.quantize(type, rows, 256);
+      const rowBytes = expected.length / 256;
+      const differing: number[] = [];
+      for (let r = 0; r < 256; r++) {
+        for (let i = r * rowBytes; i < (r + 1) * rowBytes; i++) {
+          if (ours[i] !== expected[i]) {
+            differing.push(r);
+            break;
+          }
+        }
+      }
+      expect(differing).toEqual([]);
+    });
+  }
+});
