@@ -20,8 +20,11 @@ const subScales = new Float32Array(16);
 const subMins = new Float32Array(16);
 /** make_qkx2_quants' second result (the min it settled on, negated), kept out of a module `let` so no number is boxed. */
 const qkx2Out = new Float64Array(1);
-/** x − min for the current min, as float32. */
-const shifted = new Float32Array(32);
+/** x − min for the current min (float32 values, held as doubles). */
+const shifted = new Float64Array(32);
+/** The values and weights make_qkx2 works on, as doubles. */
+const xs = new Float64Array(32);
+const ws = new Float64Array(32);
 
 /** The three sums before element i at [i] ([0] stays 0): a load, never a literal, starts each sum, so it stays a double. */
 const prefixL = new Float64Array(33);
@@ -39,14 +42,14 @@ const ROUNDING_BOUND = 1.2e-7;
  * 40·2^-24 at most and an absolute 1e-40 in all. A lower bound that still exceeds `best` means the
  * exact computation would reject the candidate too; NaN and infinities fall to the exact computation.
  */
-function surelyWorse(x: Float32Array, xo: number, n: number, s: number, m: number, useMad: boolean, best: number): boolean {
+function surelyWorse(n: number, s: number, m: number, useMad: boolean, best: number): boolean {
   let lower = 0;
   for (let i = 0; i < n; i++) {
     const sl = s * laux[i]!;
     const slm = sl + m;
-    const exact = Math.abs(slm - x[xo + i]!);
+    const exact = Math.abs(slm - xs[i]!);
     const a = exact - (ROUNDING_BOUND * (sl < 0 ? -sl : sl) + ROUNDING_BOUND * Math.abs(slm) + ROUNDING_BOUND * exact + 2 ** -147);
-    if (a > 0) lower += weights[i]! * (useMad ? a : a * a);
+    if (a > 0) lower += ws[i]! * (useMad ? a : a * a);
   }
   return lower * (1 - 1e-5) - 1e-40 > best;
 }
@@ -108,16 +111,21 @@ function level(t: number, nmax: number): number {
  * changes no result.
  */
 function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8Array, lo: number, rmin: number, nstep: number, useMad: boolean): number {
+  // the values and weights as doubles (exact copies of the float32s): the loops below then convert nothing
+  for (let i = 0; i < n; i++) {
+    xs[i] = x[xo + i]!;
+    ws[i] = weights[i]!;
+  }
   let min = x[xo]!;
   let max = min;
-  const sumW0 = weights[0]!;
+  const sumW0 = ws[0]!;
   let sumW = sumW0;
   let sumX = fr(sumW0 * min);
   for (let i = 1; i < n; i++) {
-    const xi = x[xo + i]!;
+    const xi = xs[i]!;
     if (xi < min) min = xi;
     if (xi > max) max = xi;
-    const w = weights[i]!;
+    const w = ws[i]!;
     sumW = fr(sumW + w);
     sumX = fr(sumX + fr(w * xi));
   }
@@ -127,14 +135,14 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     qkx2Out[0] = -min;
     return 0;
   }
-  for (let i = 0; i < n; i++) shifted[i] = x[xo + i]! - min;
+  for (let i = 0; i < n; i++) shifted[i] = fr(xs[i]! - min);
   let momentW = 0;
   let momentX = 0;
   let momentAX = 0;
   let momentXX = 0;
   for (let i = 0; i < n; i++) {
-    const w = weights[i]!;
-    const xi = x[xo + i]!;
+    const w = ws[i]!;
+    const xi = xs[i]!;
     momentW += w;
     momentX += w * xi;
     momentAX += w * Math.abs(xi);
@@ -150,9 +158,9 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
   for (let i = 0; i < n; i++) {
     const l = level(fr(iscale * shifted[i]!), nmax);
     L[lo + i] = l;
-    let diff = fr(fr(fr(scale * l) + min) - x[xo + i]!);
+    let diff = fr(fr(fr(scale * l) + min) - xs[i]!);
     diff = useMad ? Math.abs(diff) : fr(diff * diff);
-    bestError = fr(bestError + fr(weights[i]! * diff));
+    bestError = fr(bestError + fr(ws[i]! * diff));
   }
   if (nstep < 1) {
     qkx2Out[0] = -min;
@@ -184,8 +192,8 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         changed |= ((diff | -diff) >>> 31) << i;
         laux[i] = l;
         ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
-        const w = weights[i]!;
-        const xi = x[xo + i]!;
+        const w = ws[i]!;
+        const xi = xs[i]!;
         mL += w * l;
         mLL += w * l * l;
         mXL += w * xi * l;
@@ -202,8 +210,8 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         // unconditional: an unchanged level adds exact zeros
         if (i < first && l !== old) first = i;
         laux[i] = l;
-        const w = weights[i]!;
-        const xi = x[xo + i]!;
+        const w = ws[i]!;
+        const xi = xs[i]!;
         const step = l - old;
         mL += w * step;
         mLL += w * (l * l - old * old);
@@ -220,10 +228,10 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     let sumXL = prefixXL[first]!;
     for (let i = first; i < n; i++) {
       const l = laux[i]!;
-      const wl = fr(weights[i]! * l);
+      const wl = fr(ws[i]! * l);
       sumL = fr(sumL + wl);
       sumL2 = fr(sumL2 + fr(wl * l));
-      sumXL = fr(sumXL + fr(wl * x[xo + i]!));
+      sumXL = fr(sumXL + fr(wl * xs[i]!));
       prefixL[i + 1] = sumL;
       prefixL2[i + 1] = sumL2;
       prefixXL[i + 1] = sumXL;
@@ -236,12 +244,12 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         thisMin = 0;
         thisScale = fr(sumXL / sumL2);
       }
-      if (useMad ? surelyWorse(x, xo, n, thisScale, thisMin, true, bestError) : surelyWorseSquared(thisScale, thisMin, mL, mLL, mXL, mAXL, bestError)) continue;
+      if (useMad ? surelyWorse(n, thisScale, thisMin, true, bestError) : surelyWorseSquared(thisScale, thisMin, mL, mLL, mXL, mAXL, bestError)) continue;
       let curError = 0;
       for (let i = 0; i < n; i++) {
-        let diff = fr(fr(fr(thisScale * laux[i]!) + thisMin) - x[xo + i]!);
+        let diff = fr(fr(fr(thisScale * laux[i]!) + thisMin) - xs[i]!);
         diff = useMad ? Math.abs(diff) : fr(diff * diff);
-        curError = fr(curError + fr(weights[i]! * diff));
+        curError = fr(curError + fr(ws[i]! * diff));
       }
       if (curError < bestError) {
         for (let i = 0; i < n; i++) L[lo + i] = laux[i]!;
@@ -249,7 +257,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         scale = thisScale;
         if (thisMin !== min) {
           min = thisMin;
-          for (let i = 0; i < n; i++) shifted[i] = x[xo + i]! - min;
+          for (let i = 0; i < n; i++) shifted[i] = fr(xs[i]! - min);
           fresh = true;
         }
       }
