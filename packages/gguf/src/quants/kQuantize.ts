@@ -87,6 +87,9 @@ function surelyWorseSquared(s: number, m: number, mL: number, mLL: number, mXL: 
   return lower > best;
 }
 
+const bitsF32 = new Float32Array(1);
+const bitsU32 = new Uint32Array(bitsF32.buffer);
+
 /** 1.5·2^52: adding and subtracting it rounds a double to an integer, half to even. */
 const ROUND_DOUBLE = 6755399441055744;
 
@@ -97,7 +100,13 @@ const ROUND_DOUBLE = 6755399441055744;
  */
 function level(t: number, nmax: number): number {
   const r = t + ROUND_DOUBLE - ROUND_DOUBLE;
-  const l = r >= -4194304 && r <= 4194303 ? r | 0 : nearestInt(t);
+  let l = r | 0;
+  if (!(r >= -4194304 && r <= 4194303)) {
+    // nearestInt's bit trick written out: a call here would keep V8 from hoisting the typed arrays'
+    // checks out of the loops this is inlined into
+    bitsF32[0] = t + 12582912;
+    l = (bitsU32[0]! & 0x007fffff) - 0x00400000;
+  }
   // biome-ignore lint/complexity/useMathMinMax: measured: V8 compiles this to int compares, Math.min/max here cost 40 % of Q4_K
   return l < 0 ? 0 : l > nmax ? nmax : l;
 }
