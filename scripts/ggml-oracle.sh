@@ -4,6 +4,7 @@
 # fixtures/reference_ggml.py when ST_CONVERT_GGML_LIB (or .ggml-oracle/) points at it.
 #
 #   scripts/ggml-oracle.sh [TARBALL]     default: $GGML_SRC_TARBALL, else ../shared/oracles/ggml-src.tar.gz
+#                                        beside the clone, else /work/shared/oracles/ggml-src.tar.gz
 #
 # Prints the library's path. Exit 3 when the tarball is absent (nothing else is touched), 1 when the
 # build fails. Built with GGML_NATIVE=OFF: plain IEEE single-precision arithmetic in source order, no
@@ -11,6 +12,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tarball="${1:-${GGML_SRC_TARBALL:-$root/../shared/oracles/ggml-src.tar.gz}}"
+# a clone that is not beside ../shared (a CI checkout elsewhere) finds the machine's copy
+[ -f "$tarball" ] || [ -n "${1:-}${GGML_SRC_TARBALL:-}" ] || tarball=/work/shared/oracles/ggml-src.tar.gz
 out="$root/.ggml-oracle"
 lib="$out/build/src/libggml-base.so"
 
