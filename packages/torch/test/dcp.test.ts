@@ -9,34 +9,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { MemorySink, type TensorEntry, kernels, pipeTensor } from "@st-convert/core";
-import { type AtomicFileSink, createFileSink, openFileSource } from "@st-convert/core/node";
-import { type DcpCheckpoint, type DcpReadOptions, decodeDcpMetadata, pythonFloat, readDcp, sniffDcpMetadata, writeDcp } from "@st-convert/torch";
+import { type AtomicFileSink, createFileSink } from "@st-convert/core/node";
+import { decodeDcpMetadata, pythonFloat, readDcp, sniffDcpMetadata, writeDcp } from "@st-convert/torch";
 import { fixturePath } from "@st-convert/testing";
-import { type TensorSpec, dcpFolder, iota, tensorRecord } from "./dcpBuild.js";
+import { type TensorSpec, closeOpened, dcpFolder, iota, openDcp, tensorRecord } from "./dcpBuild.js";
 
 interface Expected {
   items: ({ name: string; dtype: string; shape: number[]; sha256: string; hex: string } | { name: string; value: string })[];
 }
 const manifest = JSON.parse(readFileSync(fixturePath("dcp", "manifest.json"), "utf8")) as Record<string, Expected>;
 
-const opened: { close(): Promise<void> }[] = [];
-afterAll(async () => {
-  for (const file of opened) await file.close();
-});
-
-async function openDcp(dir: string, options: DcpReadOptions = {}): Promise<DcpCheckpoint> {
-  const metadata = await openFileSource(join(dir, ".metadata"));
-  opened.push(metadata);
-  return readDcp(
-    metadata,
-    async (name) => {
-      const file = await openFileSource(join(dir, name));
-      opened.push(file);
-      return file;
-    },
-    options,
-  );
-}
+afterAll(closeOpened);
 
 async function hexOf(t: TensorEntry, chunkSize?: number): Promise<string> {
   const parts: Uint8Array[] = [];

@@ -5,6 +5,8 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { openFileSource } from "@st-convert/core/node";
+import { type DcpCheckpoint, type DcpReadOptions, readDcp } from "@st-convert/torch";
 import { Pickle, torchZip } from "./build.js";
 
 const M = "torch.distributed.checkpoint.metadata";
@@ -182,4 +184,26 @@ export function dcpFolder(dir: string, tensors: readonly TensorSpec[], options: 
   }
   writeFileSync(join(dir, ".metadata"), metadataPickle(tensors, located, options));
   return dir;
+}
+
+/** Every file {@link openDcp} opened, closed by {@link closeOpened} (a test file's `afterAll`). */
+const opened: { close(): Promise<void> }[] = [];
+
+/** Reads the checkpoint in `dir` through its `.metadata`, each rank file opened from disk as it is named. */
+export async function openDcp(dir: string, options: DcpReadOptions = {}): Promise<DcpCheckpoint> {
+  const metadata = await openFileSource(join(dir, ".metadata"));
+  opened.push(metadata);
+  return readDcp(
+    metadata,
+    async (name) => {
+      const file = await openFileSource(join(dir, name));
+      opened.push(file);
+      return file;
+    },
+    options,
+  );
+}
+
+export async function closeOpened(): Promise<void> {
+  for (const file of opened.splice(0)) await file.close();
 }

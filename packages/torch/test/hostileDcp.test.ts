@@ -8,32 +8,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { readTensorBytes } from "@st-convert/core";
-import { openFileSource } from "@st-convert/core/node";
-import { type DcpCheckpoint, type DcpReadOptions, readDcp } from "@st-convert/torch";
 import { recordHostileFolders } from "@st-convert/testing";
-import { type TensorSpec, dcpFolder, iota, tensorRecord } from "./dcpBuild.js";
+import { type TensorSpec, closeOpened, dcpFolder, iota, openDcp, tensorRecord } from "./dcpBuild.js";
 
 const work = mkdtempSync(join(tmpdir(), "st-convert-dcp-hostile-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-const opened: { close(): Promise<void> }[] = [];
-afterAll(async () => {
-  for (const file of opened) await file.close();
-});
-
-async function openDcp(dir: string, options: DcpReadOptions = {}): Promise<DcpCheckpoint> {
-  const metadata = await openFileSource(join(dir, ".metadata"));
-  opened.push(metadata);
-  return readDcp(
-    metadata,
-    async (name) => {
-      const file = await openFileSource(join(dir, name));
-      opened.push(file);
-      return file;
-    },
-    options,
-  );
-}
+afterAll(closeOpened);
 
 const W: TensorSpec = {
   name: "w",
