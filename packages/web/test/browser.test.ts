@@ -5,7 +5,7 @@
  * command's lines.
  */
 import { spawnSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, isAbsolute, join } from "node:path";
 import { CLI_PATH, fixturePath, safetensorsFile } from "@st-convert/testing";
@@ -22,6 +22,7 @@ const INPUTS = [
   // F4 ("packed") has no numpy, flax or torch form: left out here, refused in its own test.
   { fixture: "json/handwritten.json", format: "json", exclude: "^packed$" },
   { fixture: "torch/training.pt", format: "torch" }, // non-tensor entries: the reader's warnings
+  { fixture: "gguf/quant.gguf", format: "gguf" }, // written by gguf-py: quantized blocks dequantized in the page
 ] as const;
 
 /** The formats the page writes, with the extension its output gets. */
@@ -110,7 +111,7 @@ interface CliInfo {
   ok: boolean;
   input: { file: string; format: string };
   metadata: Record<string, string> | null;
-  tensors: { name: string; dtype: string; shape: number[]; bytes: number }[];
+  tensors: { name: string; dtype: string; shape: number[]; bytes: number; stored?: { type: string; bytes: number } }[];
   totals: { tensors: number; parameters: number; bytes: number };
   warnings: { file: string; message: string }[];
 }
@@ -216,11 +217,27 @@ describeBrowser("the converter page in Chromium", () => {
       const rows = await page
         .locator("table#tensors tbody tr")
         .evaluateAll((trs) => trs.map((tr) => [...(tr as HTMLTableRowElement).cells].map((c) => c.textContent)));
-      expect(rows).toEqual(cli.json.tensors.map((t) => [t.name, t.dtype, `[${t.shape.join(", ")}]`, t.bytes.toLocaleString("en-US")]));
+      // A "stored" column where the command's report says how the file stores a tensor (a GGUF's ggml types).
+      const stored = cli.json.tensors.some((t) => t.stored !== undefined);
+      expect(rows).toEqual(
+        cli.json.tensors.map((t) => [
+          t.name,
+          t.dtype,
+          `[${t.shape.join(", ")}]`,
+          t.bytes.toLocaleString("en-US"),
+          ...(stored ? [t.stored === undefined ? "" : `${t.stored.type} ${t.stored.bytes.toLocaleString("en-US")}`] : []),
+        ]),
+      );
       const metadata = await page
         .locator("table#metadata tbody tr")
         .evaluateAll((trs) => trs.map((tr) => [...(tr as HTMLTableRowElement).cells].map((c) => c.textContent)));
-      expect(metadata).toEqual(Object.entries(cli.json.metadata ?? {}));
+      // A GGUF's typed entries are shown as the command's text view shows them: `TYPE value`.
+      const shown = ([key, value]: [string, string]): [string, string] => {
+        if (input.format !== "gguf" || !key.startsWith("gguf.")) return [key, value];
+        const typed = JSON.parse(value) as { type: string; value: unknown };
+        return [key, `${typed.type} ${JSON.stringify(typed.value)}`];
+      };
+      expect(metadata).toEqual(Object.entries(cli.json.metadata ?? {}).map(shown));
       expect(await page.textContent("#metadata-line")).toBe(
         cli.json.metadata === null ? "metadata: none" : Object.keys(cli.json.metadata).length === 0 ? "metadata: {}" : "metadata:",
       );
@@ -245,6 +262,24 @@ describeBrowser("the converter page in Chromium", () => {
       expect(result.output?.byteLength).toBe(cli.output!.byteLength);
       expect(Buffer.from(result.output!).equals(Buffer.from(cli.output!))).toBe(true);
     });
+  });
+
+  it("converts a distributed checkpoint picked as its files (.metadata and the rank files) as st-convert converts its folder", async () => {
+    const folder = fixturePath("dcp", "ranks2");
+    const cli = spawnSync(process.execPath, [CLI_PATH, folder, join(work, "out", "dcp.safetensors"), "--force"], { encoding: "utf8" });
+    expect(cli.status, cli.stderr).toBe(0);
+    await page.setInputFiles("input[name=file]", []);
+    await page.waitForSelector("form[data-state=idle]", { state: "attached" });
+    await page.setInputFiles(
+      "input[name=file]",
+      readdirSync(folder).map((name) => join(folder, name)),
+    );
+    await page.waitForSelector("form[data-state=ready], form[data-state=failed]", { state: "attached" });
+    expect(await page.textContent("#error")).toBe("");
+    const result = await convertInPage(page, "safetensors", {});
+    expect(result.errorLine).toBe("");
+    expect(result.state).toBe("done");
+    expect(Buffer.from(result.output!).equals(readFileSync(join(work, "out", "dcp.safetensors")))).toBe(true);
   });
 
   it("shows the format options that reading the file or writing the chosen format takes, and no other", async () => {
