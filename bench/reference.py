@@ -7,6 +7,8 @@
     reference.py gen small-FORMAT OUT N   make N F32[2] tensors as FORMAT (safetensors, npz, flax,
                                           json, npy-folder: one .npy per tensor, safetensors-folder)
     reference.py run PIPELINE IN OUT      run one reference pipeline (what a Python user would type)
+    reference.py same-tensors A B         exit 0 when two safetensors files hold the same tensors
+                                          (names, dtypes, shapes, bytes), whatever their metadata
 
 Inputs are made by the reference tools themselves (numpy, safetensors, flax) where memory allows;
 files past 2 GiB are streamed to disk so that making an 8 GiB input does not need 16 GiB of RAM.
@@ -126,6 +128,96 @@ def gen_st_sharded(out: str, nbytes: int, shard_bytes: int) -> None:
 
     os.makedirs(out, exist_ok=True)
     save_torch_state_dict(torch_state_dict(nbytes, 16), out, max_shard_size=shard_bytes)
+
+
+def gen_gguf_f16(out: str, nbytes: int) -> None:
+    """A GGUF of four F16 tensors (rows, 1024), about nbytes, written by gguf-py's GGUFWriter."""
+    import gguf
+
+    block = np.frombuffer(random_block(BLOCK, 6), dtype=np.float32).astype(np.float16)
+    writer = gguf.GGUFWriter(out, "llama")
+    for i, shape in enumerate(shapes_for(nbytes * 2)):  # 2 bytes a value: twice the F32 values
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", np.resize(block, shape[0] * shape[1]).reshape(shape))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def gen_gguf_q4_k(out: str, nbytes: int) -> None:
+    """A GGUF of four Q4_K tensors (rows, 4096), about nbytes of blocks, written by gguf-py's GGUFWriter.
+
+    gguf.quants.quantize cannot make Q4_K, so each 144-byte block is random bytes (any bits are valid
+    6-bit scales and 4-bit quants) with its d and dmin, the first two f16, set to finite f16 values as a
+    quantizer gives them (d > 0, dmin >= 0, both small)."""
+    import gguf
+
+    block_size, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q4_K]
+    cols = 4096
+    row_bytes = cols // block_size * type_size
+    rows = max(1, nbytes // row_bytes // 4)
+    rng = np.random.default_rng(7)
+    writer = gguf.GGUFWriter(out, "llama")
+    for i in range(4):
+        blocks = rng.integers(0, 256, (rows * cols // block_size, type_size), dtype=np.uint8)
+        scales = rng.uniform(1e-4, 1e-2, (len(blocks), 2)).astype(np.float16)
+        blocks[:, :4] = scales.view(np.uint8).reshape(len(blocks), 4)
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", blocks.reshape(rows, row_bytes), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def gen_dcp(out: str, nbytes: int, split: str) -> None:
+    """A torch.distributed.checkpoint folder of four F32 tensors (rows, 1024), about nbytes, saved by
+    `torchrun --nproc_per_node=4` workers (gloo, CPU) as DTensors split by rows (Shard(0)) or columns
+    (Shard(1)). Each rank builds only its own piece (DTensor.from_local), as in a training run."""
+    import os
+    import pathlib
+    import shutil
+    import subprocess
+
+    shutil.rmtree(out, ignore_errors=True)
+    torchrun = pathlib.Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=4", __file__, "dcp-worker", out, str(nbytes), split],
+                   check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def dcp_worker(out: str, nbytes: int, split: str) -> None:
+    """One rank of gen_dcp (run by torchrun)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    block = torch.from_numpy(np.frombuffer(random_block(BLOCK // world, 8 + rank), dtype=np.float32).copy())
+    state = {}
+    for i, (rows, cols) in enumerate(shapes_for(nbytes)):
+        rows -= rows % world  # whole pieces on every rank
+        local = (rows // world, cols) if split == "rows" else (rows, cols // world)
+        piece = block.repeat(local[0] * local[1] // len(block) + 1)[: local[0] * local[1]].reshape(local)
+        state[f"model.layers.{i}.weight"] = DTensor.from_local(piece, mesh, [Shard(0 if split == "rows" else 1)])
+    dcp.save(state, checkpoint_id=out)
+    dist.destroy_process_group()
+
+
+def same_tensors(a: str, b: str) -> None:
+    """Exit 0 when two safetensors files hold the same tensors (names, dtypes, shapes, bytes), whatever their metadata."""
+    from safetensors import safe_open
+
+    with safe_open(a, "np") as fa, safe_open(b, "np") as fb:
+        if sorted(fa.keys()) != sorted(fb.keys()):
+            raise SystemExit(f"names differ: {sorted(fa.keys())} against {sorted(fb.keys())}")
+        for k in fa.keys():
+            x, y = fa.get_tensor(k), fb.get_tensor(k)
+            if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+                raise SystemExit(f"{k} differs")
 
 
 def small_names(count: int) -> list:
@@ -332,6 +424,42 @@ def run(pipeline: str, src: str, out: str) -> None:
 
             os.makedirs(out, exist_ok=True)
             save_torch_state_dict(state, out, max_shard_size="1GB")
+    elif pipeline == "gguf2st":
+        # gguf-py's reader maps the file; each tensor's data is its numpy view (numpy's shape order).
+        import gguf
+
+        reader = gguf.GGUFReader(src)
+        save_file({t.name: t.data for t in reader.tensors}, out)
+    elif pipeline == "gguf-dequant2st":
+        import gguf
+
+        reader = gguf.GGUFReader(src)
+        save_file({t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}, out)
+    elif pipeline == "st2gguf-q8_0":
+        # What st-convert writes for a safetensors input without metadata: arch "unknown", the
+        # tensors in the file's order, every one quantized (all are 2-D with whole 32-value blocks).
+        import gguf
+
+        writer = gguf.GGUFWriter(out, "unknown")
+        for k, v in load_file(src).items():
+            writer.add_tensor(k, gguf.quants.quantize(v, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    elif pipeline == "dcp2st":
+        # torch's own consolidation (the whole model in memory), then safetensors' writer.
+        import os
+
+        import torch
+        from safetensors.torch import save_file as save_torch
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        scratch = f"{out}.pt"
+        dcp_to_torch_save(src, scratch)
+        state = torch.load(scratch, weights_only=True)
+        os.remove(scratch)
+        save_torch({k: v.contiguous() for k, v in state.items()}, out)
     elif pipeline == "keys":
         from safetensors import safe_open
 
@@ -365,10 +493,20 @@ def main() -> None:
             gen_npz(out, nbytes, kind != "npz", kind == "npz-compressed-fortran")
         elif kind == "flax":
             gen_flax(out, nbytes)
+        elif kind == "gguf-f16":
+            gen_gguf_f16(out, nbytes)
+        elif kind == "gguf-q4_k":
+            gen_gguf_q4_k(out, nbytes)
+        elif kind in ("dcp-rows", "dcp-columns"):
+            gen_dcp(out, nbytes, kind[len("dcp-") :])
         else:
             raise SystemExit(f"unknown kind {kind}")
     elif command == "run":
         run(*args)
+    elif command == "dcp-worker":
+        dcp_worker(args[0], int(args[1]), args[2])
+    elif command == "same-tensors":
+        same_tensors(*args)
     else:
         raise SystemExit(f"unknown command {command}")
 

@@ -98,7 +98,10 @@ const hasFormat = (name) => new RegExp(`^\\s+${name}\\s`, "m").test(formats);
 /**
  * The paths. `kind` is the input bench/reference.py makes; `baselines` run with the same input;
  * `reference` names the Python pipeline whose safetensors output must equal ours byte for byte;
- * `target` is the issue's goal as [baseline label, largest ratio ours/baseline].
+ * `target` is the issue's goal as [baseline label, largest ratio ours/baseline], or a list of such
+ * goals; `peakMB`, a goal for st-convert's peak RSS in MB (10^6 bytes). `compare: "tensors"`: the
+ * outputs are compared tensor by tensor (names, dtypes, shapes, bytes) by the reference tools, where
+ * the reference cannot write our metadata. `bytes`: the input's size, or a function of `--size`.
  */
 const cases = [
   {
@@ -270,6 +273,82 @@ const cases = [
     big: false,
   },
   {
+    name: "GGUF F16 → safetensors",
+    kind: "gguf-f16",
+    input: "model.gguf",
+    output: "out.safetensors",
+    format: "gguf",
+    baselines: ["cp", "py:gguf2st"],
+    // The output's metadata holds the GGUF's keys (gguf.KEY entries), which save_file does not
+    // write: the tensors are compared, not the files.
+    reference: "gguf2st",
+    compare: "tensors",
+    target: ["cp", 1.3],
+    big: false,
+  },
+  {
+    // The input: random Q4_K blocks with finite f16 scales, written by GGUFWriter (bench/reference.py
+    // gen_gguf_q4_k; gguf.quants.quantize cannot make Q4_K). 256 MiB of blocks at --size 1GiB.
+    name: "GGUF Q4_K → F32 safetensors",
+    kind: "gguf-q4_k",
+    bytes: (size) => Math.floor(size / 4),
+    input: "model.gguf",
+    output: "out.safetensors",
+    format: "gguf",
+    baselines: ["py:gguf-dequant2st"],
+    reference: "gguf-dequant2st",
+    compare: "tensors",
+    target: ["py:gguf-dequant2st", 0.2],
+    peakMB: 200,
+    big: false,
+  },
+  {
+    name: "F32 → GGUF Q8_0",
+    kind: "safetensors",
+    input: "model.safetensors",
+    output: "out.gguf",
+    args: ["--quantize", "Q8_0"],
+    format: "gguf",
+    baselines: ["py:st2gguf-q8_0"],
+    reference: "st2gguf-q8_0",
+    target: ["py:st2gguf-q8_0", 0.1],
+    peakMB: 200,
+    big: false,
+  },
+  {
+    // Saved by `torchrun --nproc_per_node=4` workers, each holding only its piece (bench/reference.py gen_dcp).
+    name: "DCP 4 ranks, split by rows → safetensors",
+    kind: "dcp-rows",
+    input: "ckpt",
+    output: "out.safetensors",
+    format: "dcp",
+    baselines: ["cp", "py:dcp2st"],
+    reference: "dcp2st",
+    compare: "tensors",
+    target: [
+      ["cp", 1.5],
+      ["py:dcp2st", 0.25],
+    ],
+    peakMB: 256,
+    big: false,
+  },
+  {
+    name: "DCP 4 ranks, split by columns → safetensors",
+    kind: "dcp-columns",
+    input: "ckpt",
+    output: "out.safetensors",
+    format: "dcp",
+    baselines: ["cp", "py:dcp2st"],
+    reference: "dcp2st",
+    compare: "tensors",
+    target: [
+      ["cp", 2.5],
+      ["py:dcp2st", 0.25],
+    ],
+    peakMB: 256,
+    big: false,
+  },
+  {
     // What a user would run instead: sha256sum of the file (st-convert hashes each tensor's bytes).
     name: "hash (each tensor's SHA-256 and the checkpoint digest)",
     kind: "safetensors",
@@ -367,6 +446,10 @@ const LABELS = {
   "py:reshard": "load_file each shard + save_torch_state_dict(max_shard_size=1GB)",
   "tool:sha256sum": "sha256sum of the file",
   "tool:cmp": "cmp of the two files",
+  "py:gguf2st": "gguf-py GGUFReader + save_file",
+  "py:gguf-dequant2st": "gguf-py GGUFReader + gguf.quants.dequantize + save_file",
+  "py:st2gguf-q8_0": "load_file + gguf.quants.quantize + GGUFWriter",
+  "py:dcp2st": "torch dcp_to_torch_save + torch.load + save_file",
   "py:nanstats": "load_file + nanmin, nanmax, nanmean, nanstd (float64) and the counts",
 };
 
@@ -390,12 +473,18 @@ function variantCommand(variant, c, input, output) {
   if (variant === "tool:cmp") return ["cmp", [input, `${input}.copy`]];
   if (variant === "ours")
     return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet", ...(c.args ?? [])]];
-  // A sharded input is a folder: cp copies all of it.
-  if (variant === "cp") return c.kind === "st-sharded" ? ["cp", ["-r", dirname(input), output]] : ["cp", [input, output]];
+  // A sharded input is a folder, and so is a DCP checkpoint: cp copies all of it.
+  if (variant === "cp")
+    return c.kind === "st-sharded" ? ["cp", ["-r", dirname(input), output]] : isFolder(c) ? ["cp", ["-r", input, output]] : ["cp", [input, output]];
   // What any Node program pays before its first line.
   if (variant === "start") return [process.execPath, ["-e", "0"]];
   return [python, [join(root, "bench", "reference.py"), "run", variant.slice(3), input, output]];
 }
+
+/** Whether the row's input is a folder given as such (a DCP checkpoint). */
+const isFolder = (c) => c.kind.startsWith("dcp-");
+/** The row's goals as [baseline label, largest ratio] pairs. */
+const targetsOf = (c) => (Array.isArray(c.target[0]) ? c.target : [c.target]);
 
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -439,7 +528,7 @@ function gen(c, bytes, dir) {
 function runCase(c) {
   const dir = join(work, c.kind + (c.tag ?? ""));
   mkdirSync(dir, { recursive: true });
-  const input = gen(c, c.bytes ?? size, dir);
+  const input = gen(c, typeof c.bytes === "function" ? c.bytes(size) : (c.bytes ?? size), dir);
   const output = join(dir, c.output ?? "unused");
   const inputBytes = bytesOf(c.kind === "st-sharded" ? dirname(input) : input);
   if (c.command === "diff") copyFileSync(input, `${input}.copy`);
@@ -468,7 +557,10 @@ function runCase(c) {
     const theirs = join(dir, `reference-${c.output}`);
     measure(...variantCommand(`py:${c.reference}`, c, input, theirs));
     measure(...variantCommand("ours", c, input, output));
-    identical = shaOfOutput(theirs) === shaOfOutput(output);
+    identical =
+      c.compare === "tensors"
+        ? spawnSync(python, [join(root, "bench", "reference.py"), "same-tensors", theirs, output], { stdio: "inherit" }).status === 0
+        : shaOfOutput(theirs) === shaOfOutput(output);
     rmSync(theirs, { recursive: true, force: true });
     rmSync(output, { recursive: true, force: true });
   }
@@ -524,6 +616,8 @@ function bigRss(bytes) {
 }
 
 const mib = (b) => b / 1024 ** 2;
+/** The "same bytes as the reference" cell: "yes (tensors)" where only the tensors were compared. */
+const sameCell = (c, identical) => (identical === undefined ? "n/a" : identical ? (c.compare === "tensors" ? "yes (tensors)" : "yes") : "**no**");
 const fmt = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "n/a");
 
 function report(rows, big, many) {
@@ -563,20 +657,27 @@ function report(rows, big, many) {
     for (const { c, inputBytes, summary, identical } of inState) {
       const ours = summary.ours;
       // A throughput target: MiB of tensor data per second (c.bytes; the input may be text).
-      if (c.target[0] === "MiB/s") {
+      if (targetsOf(c)[0][0] === "MiB/s") {
         const rate = mib(c.bytes ?? inputBytes) / ours.seconds;
         lines.push(
-          `| ${c.name} | ${fmt(mib(inputBytes), 0)} MiB | ${fmt(ours.seconds)} s | ${fmt(rate, 0)} | ${fmt(ours.rssMiB, 0)} MiB | MiB of F32 data per second |  |  | ≥ ${c.target[1]} MiB/s | ${rate >= c.target[1] ? "yes" : "**no**"} | ${identical === undefined ? "n/a" : identical ? "yes" : "**no**"} |`,
+          `| ${c.name} | ${fmt(mib(inputBytes), 0)} MiB | ${fmt(ours.seconds)} s | ${fmt(rate, 0)} | ${fmt(ours.rssMiB, 0)} MiB | MiB of F32 data per second |  |  | ≥ ${c.target[1]} MiB/s | ${rate >= c.target[1] ? "yes" : "**no**"} | ${sameCell(c, identical)} |`,
         );
       }
       for (const [i, b] of c.baselines.entries()) {
-        const lead = i === 0 && c.target[0] !== "MiB/s";
+        const lead = i === 0 && targetsOf(c)[0][0] !== "MiB/s";
         const base = summary[b];
         const ratio = base ? ours.seconds / base.seconds : NaN;
-        const isTarget = c.target[0] === b;
-        const met = !base ? "n/a" : ratio <= (isTarget ? c.target[1] : 1) ? "yes" : "**no**";
+        const goal = targetsOf(c).find(([label]) => label === b);
+        const isTarget = goal !== undefined;
+        // A peak-memory goal is judged with the row's first line.
+        const peak = lead && c.peakMB !== undefined ? c.peakMB : undefined;
+        const peakMet = peak === undefined || (ours.rssMiB * 1024 ** 2) / 1e6 <= peak;
+        const met = !base ? "n/a" : ratio <= (isTarget ? goal[1] : 1) && peakMet ? "yes" : "**no**";
+        const aim = [isTarget ? `≤ ${goal[1]}×` : b.startsWith("py:") ? "faster" : "", peak === undefined ? "" : `peak ≤ ${peak} MB`]
+          .filter(Boolean)
+          .join(", ");
         lines.push(
-          `| ${lead ? c.name : ""} | ${lead ? `${fmt(mib(inputBytes), 0)} MiB` : ""} | ${lead ? `${fmt(ours.seconds)} s` : ""} | ${lead && !c.info ? fmt(mib(inputBytes) / ours.seconds, 0) : ""} | ${lead ? `${fmt(ours.rssMiB, 0)} MiB` : ""} | ${LABELS[b]} | ${base ? `${fmt(base.seconds)} s (${fmt(base.rssMiB, 0)} MiB)` : "not run"} | ${fmt(ratio)} | ${isTarget ? `≤ ${c.target[1]}×` : b.startsWith("py:") ? "faster" : ""} | ${met} | ${lead ? (identical === undefined ? "n/a" : identical ? "yes" : "**no**") : ""} |`,
+          `| ${lead ? c.name : ""} | ${lead ? `${fmt(mib(inputBytes), 0)} MiB` : ""} | ${lead ? `${fmt(ours.seconds)} s` : ""} | ${lead && !c.info ? fmt(mib(inputBytes) / ours.seconds, 0) : ""} | ${lead ? `${fmt(ours.rssMiB, 0)} MiB` : ""} | ${LABELS[b]} | ${base ? `${fmt(base.seconds)} s (${fmt(base.rssMiB, 0)} MiB)` : "not run"} | ${fmt(ratio)} | ${aim} | ${met} | ${lead ? sameCell(c, identical) : ""} |`,
         );
         const start = summary.start;
         if (b === "cp" && base && start)
