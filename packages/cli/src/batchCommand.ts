@@ -20,7 +20,8 @@ Converts every input into DIR as FORMAT. A folder is searched recursively for fi
 format, keeping its layout below DIR; hidden entries are skipped, and so is DIR when it lies inside
 the folder (when DIR is the folder itself, only the files this run writes are left out). A .json
 file is taken only if it is tensor JSON (config.json is ignored), a sharded checkpoint's index is
-left out (its shards convert one by one). Every file is attempted; an existing output is skipped
+left out (its shards convert one by one), and a GGUF split set converts once, through its first
+file (NAME-00001-of-0000N.gguf). Every file is attempted; an existing output is skipped
 unless --force. The summary names every failure.
 ${section("Options", optionLines(OPTIONS))}${section("Global options", optionLines(GLOBAL_OPTIONS))}${section("Format options", formatOptionLines(formats, formatOptions))}${section("Formats", formatLines(formats))}
 For many machines: --shard K/N does part K of N (the inputs in sorted order, cut into N runs), so

@@ -446,7 +446,8 @@ function remoteFileName(input: string): string {
  * are not followed, which rules out cycles; a file of an ambiguous extension such as `.json` is
  * taken only if its content looks like that format, so `config.json` beside the weights is
  * ignored, not failed; a sharded checkpoint's index is left out, its shards being taken one by
- * one); a file given by name is taken whatever its name and content. Outputs keep the
+ * one; a split set's later files (GGUF's `-0000k-of-0000N.gguf`, k > 1) are left out, the set
+ * converting as one checkpoint through its first file); a file given by name is taken whatever its name and content. Outputs keep the
  * layout relative to the folder given, with the output format's extension.
  */
 export async function planBatch(
@@ -510,8 +511,13 @@ export async function planBatch(
   }
   const outputsOfRun = new Set(found.map((file) => file.outputKey));
   for (const job of planned) outputsOfRun.add(resolve(job.output));
+  const foundKeys = new Set(found.map((file) => file.key));
   for (const file of found) {
     if (outputsOfRun.has(file.key)) continue;
+    // A later file of a split set is read with its first, which converts the set; alone (the first
+    // missing) it is taken, and refused saying why.
+    const first = file.format.firstOfSet?.(basename(file.path));
+    if (first !== undefined && foundKeys.has(join(dirname(file.key), first))) continue;
     // Only an ambiguous extension (.json, .pt) makes a file's first bytes worth reading here.
     const looks = file.format.ambiguousExtension === true ? await looksLikeItsFormat(file.path, file.format) : true;
     if (looks === true) add(file.path, file.output, file.outputKey, file.key);

@@ -4,7 +4,7 @@
  * --metadata pass blocks through; info shows each tensor's ggml type and stored bytes and summarises
  * long arrays; split sets both ways; --quantize; refusals as exit 1 with one coded line.
  */
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemorySink, tensorFromBytes } from "@st-convert/core";
@@ -25,6 +25,29 @@ const ok = (args: string[]) => {
   expect(run.status, run.stderr).toBe(0);
   return run;
 };
+
+describe("a GGUF split set in a batch", () => {
+  it("converts once, through its first file; its later files alone are refused, saying why", () => {
+    const folder = join(dir, "in");
+    mkdirSync(folder);
+    for (const k of [1, 2, 3]) copyFileSync(gguf(`split-0000${k}-of-00003.gguf`), join(folder, `split-0000${k}-of-00003.gguf`));
+    const run = ok([folder, "--out-dir", join(dir, "out"), "--to", "safetensors", "--json"]);
+    const report = JSON.parse(run.stdout) as { files: { input: { file: string }; status: string }[]; totals: { converted: number; failed: number } };
+    expect(report.files.map((f) => [f.input.file, f.status])).toEqual([[join(folder, "split-00001-of-00003.gguf"), "converted"]]);
+    const whole = JSON.parse(ok(["info", gguf("split-00001-of-00003.gguf"), "--json"]).stdout) as { tensors: unknown[] };
+    const converted = JSON.parse(ok(["info", join(dir, "out", "split-00001-of-00003.safetensors"), "--json"]).stdout) as { tensors: unknown[] };
+    expect(converted.tensors.length).toBe(whole.tensors.length);
+
+    rmSync(join(folder, "split-00001-of-00003.gguf"));
+    const alone = runCli([folder, "--out-dir", join(dir, "out2"), "--to", "safetensors", "--json"]);
+    expect(alone.status).toBe(1);
+    const failed = (JSON.parse(alone.stdout) as { files: { status: string; error: { code: string } | null }[] }).files;
+    expect(failed.map((f) => [f.status, f.error?.code])).toEqual([
+      ["failed", "InvalidSplit"],
+      ["failed", "InvalidSplit"],
+    ]);
+  });
+});
 
 describe("st-convert with GGUF files", () => {
   it("GGUF → GGUF with nothing asked is the input, byte for byte, quantized blocks and all", () => {

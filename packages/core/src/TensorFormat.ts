@@ -130,6 +130,12 @@ export interface TensorFormat {
     /** The files of the set, in order, named after `weightsName`; one file, so named, when nothing needs splitting. */
     plan(tensors: TensorSource, maxShardSize: number, weightsName: string, context: FormatContext): Promise<readonly SplitFile[]>;
   };
+  /**
+   * For a later file of a split set that is read through its first file (GGUF's
+   * `NAME-0000k-of-0000N.gguf`, k > 1), the first file's name; undefined for any other name. A
+   * batch converts the set once, through its first file, and leaves the later ones out.
+   */
+  firstOfSet?(fileName: string): string | undefined;
   /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */
   open(source: ByteSource, context: FormatContext): Promise<TensorSource>;
   /** Writes tensors to the sink. The caller closes or aborts the sink. */

@@ -66,6 +66,10 @@ export const ggufFormat: TensorFormat = {
     },
   ],
   sniff: sniffGguf,
+  firstOfSet(fileName) {
+    const match = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/i.exec(fileName);
+    return match === null || Number(match[2]) <= 1 ? undefined : `${match[1]}-00001-of-${match[3]}.gguf`;
+  },
   describeMetadata: describeGgufMetadata,
   storedForm(entry) {
     const { ggmlType, storedBytes } = entry as Partial<Pick<GgufTensor, "ggmlType" | "storedBytes">>;
