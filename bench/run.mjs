@@ -315,39 +315,9 @@ const cases = [
     peakMB: 200,
     big: false,
   },
-  {
-    // Saved by `torchrun --nproc_per_node=4` workers, each holding only its piece (bench/reference.py gen_dcp).
-    name: "DCP 4 ranks, split by rows → safetensors",
-    kind: "dcp-rows",
-    input: "ckpt",
-    output: "out.safetensors",
-    format: "dcp",
-    baselines: ["cp", "py:dcp2st"],
-    reference: "dcp2st",
-    compare: "tensors",
-    target: [
-      ["cp", 1.5],
-      ["py:dcp2st", 0.25],
-    ],
-    peakMB: 256,
-    big: false,
-  },
-  {
-    name: "DCP 4 ranks, split by columns → safetensors",
-    kind: "dcp-columns",
-    input: "ckpt",
-    output: "out.safetensors",
-    format: "dcp",
-    baselines: ["cp", "py:dcp2st"],
-    reference: "dcp2st",
-    compare: "tensors",
-    target: [
-      ["cp", 2.5],
-      ["py:dcp2st", 0.25],
-    ],
-    peakMB: 256,
-    big: false,
-  },
+  // Saved by `torchrun --nproc_per_node=4` workers, each holding only its piece (bench/reference.py gen_dcp).
+  dcpRow("rows", 1.5),
+  dcpRow("columns", 2.5),
   {
     // What a user would run instead: sha256sum of the file (st-convert hashes each tensor's bytes).
     name: "hash (each tensor's SHA-256 and the checkpoint digest)",
@@ -1110,3 +1080,23 @@ if (values.big !== undefined) {
 rmSync(work, { recursive: true, force: true });
 writeFileSync(resolve(root, values.out), renderStored(stored));
 console.log(`bench: wrote ${values.out} (figures in ${relative(root, resultsFile)})`);
+
+/** A row converting a 4-rank DCP checkpoint split by `split` to safetensors, against `cp` (target `cpRatio`) and torch. */
+function dcpRow(split, cpRatio) {
+  return {
+    name: `DCP 4 ranks, split by ${split} → safetensors`,
+    kind: `dcp-${split}`,
+    input: "ckpt",
+    output: "out.safetensors",
+    format: "dcp",
+    baselines: ["cp", "py:dcp2st"],
+    reference: "dcp2st",
+    compare: "tensors",
+    target: [
+      ["cp", cpRatio],
+      ["py:dcp2st", 0.25],
+    ],
+    peakMB: 256,
+    big: false,
+  };
+}
