@@ -102,6 +102,7 @@ const hasFormat = (name) => new RegExp(`^\\s+${name}\\s`, "m").test(formats);
  * goals; `peakMB`, a goal for st-convert's peak RSS in MB (10^6 bytes). `compare: "tensors"`: the
  * outputs are compared tensor by tensor (names, dtypes, shapes, bytes) by the reference tools, where
  * the reference cannot write our metadata. `bytes`: the input's size, or a function of `--size`.
+ * `env`: variables st-convert runs with in this row (its baselines run without them).
  */
 const cases = [
   {
@@ -389,6 +390,13 @@ const cases = [
   },
 ];
 
+// The page, macOS, Windows and musl run without the native module: the GGUF and DCP rows again on
+// that path, as `ST_CONVERT_NATIVE=0` shows it on Linux (the baselines as in the rows above).
+for (const name of ["GGUF F16 → safetensors", "GGUF Q4_K → F32 safetensors", "F32 → GGUF Q8_0", ...["rows", "columns"].map((split) => `DCP 4 ranks, split by ${split} → safetensors`)]) {
+  const row = cases.find((c) => c.name === name);
+  cases.push({ ...row, name: `${name} (JavaScript path)`, env: { ST_CONVERT_NATIVE: "0" } });
+}
+
 const LABELS = {
   cp: "cp",
   start: "Node's start-up alone (`node -e 0`); ratio: st-convert less it, over cp",
@@ -423,26 +431,26 @@ const LABELS = {
   "py:nanstats": "load_file + nanmin, nanmax, nanmean, nanstd (float64) and the counts",
 };
 
-function measure(command, args) {
-  const run = measureCommand(command, args, work);
+function measure(command, args, env) {
+  const run = measureCommand(command, args, work, env === undefined ? {} : { env: { ...process.env, ...env } });
   if (run.status !== 0) throw new Error(`${command} ${args.join(" ")} failed (${run.status}):\n${run.stderr}`);
   return { seconds: run.seconds, rssMiB: run.rssMiB };
 }
 
 /** `measure`, after flushing the dirty pages a previous run left, so that no run pays for another's writeback. */
-function measureAfterSync(command, args) {
+function measureAfterSync(command, args, env) {
   spawnSync("sync");
-  return measure(command, args);
+  return measure(command, args, env);
 }
 
 function variantCommand(variant, c, input, output) {
   // hash, stats, diff (against a copy of the input, made beside it by runCase).
   if (variant === "ours" && c.command !== undefined)
-    return [process.execPath, [cli, c.command, input, ...(c.command === "diff" ? [`${input}.copy`] : []), "--quiet"]];
+    return [process.execPath, [cli, c.command, input, ...(c.command === "diff" ? [`${input}.copy`] : []), "--quiet"], c.env];
   if (variant === "tool:sha256sum") return ["sha256sum", [input]];
   if (variant === "tool:cmp") return ["cmp", [input, `${input}.copy`]];
   if (variant === "ours")
-    return c.info ? [process.execPath, [cli, "info", input]] : [process.execPath, [cli, input, output, "--force", "--quiet", ...(c.args ?? [])]];
+    return c.info ? [process.execPath, [cli, "info", input], c.env] : [process.execPath, [cli, input, output, "--force", "--quiet", ...(c.args ?? [])], c.env];
   // A sharded input is a folder, and so is a DCP checkpoint: cp copies all of it.
   if (variant === "cp")
     return c.kind === "st-sharded" ? ["cp", ["-r", dirname(input), output]] : isFolder(c) ? ["cp", ["-r", input, output]] : ["cp", [input, output]];
