@@ -333,9 +333,11 @@ it("the README's examples run twice in a row, exactly as written, through the ro
   const lines = block!.trim().split("\n");
   expect(lines.every((line) => line.startsWith("pnpm st-convert "))).toBe(true);
   // A clone after the README's set-up, seen from its root: the root package.json (whose script
-  // `pnpm st-convert` runs) with the built packages and the fixtures beside it; out/ is this test's.
+  // `pnpm st-convert` runs) and pnpm-workspace.yaml (without its build policy pnpm checks the
+  // install before a script and fails on the build script it was told to skip), with the built
+  // packages and the fixtures beside them; out/ is this test's.
   const root = fixturePath("..");
-  copyFileSync(join(root, "package.json"), join(dir, "package.json"));
+  for (const name of ["package.json", "pnpm-workspace.yaml"]) copyFileSync(join(root, name), join(dir, name));
   for (const name of ["packages", "fixtures", "scripts", "node_modules"]) symlinkSync(join(root, name), join(dir, name));
   // The quick start's last step, which also makes out/.
   const sample = spawnSync("pnpm", ["sample"], { cwd: dir, encoding: "utf8" });
