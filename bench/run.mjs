@@ -392,7 +392,12 @@ const cases = [
 
 // The page, macOS, Windows and musl run without the native module: the GGUF and DCP rows again on
 // that path, as `ST_CONVERT_NATIVE=0` shows it on Linux (the baselines as in the rows above).
-for (const name of ["GGUF F16 → safetensors", "GGUF Q4_K → F32 safetensors", "F32 → GGUF Q8_0", ...["rows", "columns"].map((split) => `DCP 4 ranks, split by ${split} → safetensors`)]) {
+for (const name of [
+  "GGUF F16 → safetensors",
+  "GGUF Q4_K → F32 safetensors",
+  "F32 → GGUF Q8_0",
+  ...["rows", "columns"].map((split) => `DCP 4 ranks, split by ${split} → safetensors`),
+]) {
   const row = cases.find((c) => c.name === name);
   cases.push({ ...row, name: `${name} (JavaScript path)`, env: { ST_CONVERT_NATIVE: "0" } });
 }

@@ -1,6 +1,6 @@
 /**
  * The st-convert command with GGUF files (fixtures/gguf, written by gguf-py): GGUF → GGUF is the
- * input byte for byte, and so is GGUF → safetensors → GGUF with the blocks kept; --rename and
+ * input byte for byte, and so is GGUF → safetensors (.npz, JSON, .bin) → GGUF with the blocks kept; --rename and
  * --metadata pass blocks through; info shows each tensor's ggml type and stored bytes and summarises
  * long arrays; split sets both ways; --quantize; refusals as exit 1 with one coded line.
  */
@@ -57,11 +57,12 @@ describe("st-convert with GGUF files", () => {
     }
   });
 
-  it("GGUF → safetensors (blocks kept), .npz, JSON → GGUF gives the file back byte for byte", () => {
+  it("GGUF → safetensors (blocks kept), .npz, JSON, .bin → GGUF gives the file back byte for byte", () => {
     for (const [via, extra] of [
       ["kept.safetensors", ["--keep-quantized"]],
       ["kept.npz", ["--keep-quantized"]],
       ["kept.json", ["--keep-quantized"]],
+      ["kept.bin", ["--keep-quantized"]],
     ] as const) {
       ok([gguf("quant.gguf"), join(dir, via), ...extra]);
       ok([join(dir, via), join(dir, `${via}.gguf`)]);

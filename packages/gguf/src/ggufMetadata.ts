@@ -54,6 +54,9 @@ export function metadataToKvs(metadata: Metadata | null, record: GgufRecord | un
   // same name was added by --metadata and wins, in whatever order the two came (safetensors sorts them).
   for (const [entry, text] of Object.entries(metadata ?? {})) {
     if (entry === RECORD_KEY) continue;
+    // `format: pt`, which the PyTorch reader adds (safetensors' mark of weights from torch), is no
+    // key of the GGUF a record describes: GGUF → .bin → GGUF gives the file back.
+    if (entry === "format" && text === "pt" && record !== undefined && !record.keys.includes("format")) continue;
     if (!entry.startsWith(KV_PREFIX)) {
       plain.add(entry);
       kvs.set(entry, { key: entry, type: "STRING", value: text });

@@ -55,6 +55,8 @@ export interface PyDict {
   readonly kind: "dict";
   readonly entries: Map<string, { key: PickleValue; value: PickleValue }>;
   depth: number;
+  /** An OrderedDict's attributes, as its last `BUILD` gave them (a state dict's `_metadata`). */
+  attributes?: PickleValue;
 }
 /** A set or frozenset: only ever skipped, so its items are kept for nothing but the tensor check. */
 export interface PySet {
@@ -910,13 +912,17 @@ export function unpickle(data: Uint8Array, hooks: UnpicklerHooks, options: Unpic
             }
           }
           if (target.kind === "dict" || (target.kind === "opaque" && target.callee === "collections.OrderedDict")) {
-            // An OrderedDict's BUILD sets its `_metadata` attribute (per-module versions): nothing to keep.
+            // An OrderedDict's BUILD sets its attributes: a state dict's `_metadata` (per-module
+            // versions, and the metadata the torch writer keeps there), kept for the reader.
             // A shared list of pairs given to BUILD again and again is walked each time: charged.
             if (state !== null && typeof state === "object" && (state.kind === "list" || state.kind === "tuple" || state.kind === "set"))
               count(state.items.length);
             const why = dictUpdateRefusal(state);
             if (why !== undefined) bad(`BUILD on an OrderedDict with ${describeValue(state)} as its state: dict.update refuses it (${why})`);
-            if (target.kind === "dict") break;
+            if (target.kind === "dict") {
+              target.attributes = state;
+              break;
+            }
           }
           if (target.kind === "opaque") {
             if (hooks.build?.(target, state) !== undefined) break;

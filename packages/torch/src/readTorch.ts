@@ -40,7 +40,7 @@ import {
   withCrc32,
 } from "@st-convert/npy";
 import type { TorchErrorCode } from "./TorchErrorCode.js";
-import { MAX_RANK, type StorageRef, type TensorRef, type TorchHooks, asTorch, torchHooks } from "./torchSymbols.js";
+import { MAX_RANK, METADATA_ENTRY, type StorageRef, type TensorRef, type TorchHooks, asTorch, torchHooks } from "./torchSymbols.js";
 import {
   MAX_MEMO_ENTRIES,
   MAX_NESTING_DEPTH,
@@ -719,6 +719,8 @@ interface Named {
   /** Tensors the caller's selection left out: their views are still checked. */
   readonly excluded: readonly NamedTensor[];
   readonly skipped: readonly string[];
+  /** The state dict's own metadata (`_metadata["__metadata__"]`, as the torch writer keeps it), in its order. */
+  readonly metadata: readonly [string, string][];
 }
 
 /**
@@ -763,6 +765,27 @@ function segment(key: PickleValue): string | undefined {
   return undefined;
 }
 
+/**
+ * The metadata a state dict carries as the torch writer keeps it: its `_metadata` attribute (an
+ * OrderedDict torch's `load_state_dict` reads per module prefix) holding, under `__metadata__`, a
+ * dict of str to str. An entry that is not a str to a str is left out with a warning.
+ */
+function keptMetadata(stateDict: PickleValue, options: TorchReadOptions): [string, string][] {
+  if (stateDict === null || typeof stateDict !== "object" || stateDict.kind !== "dict") return [];
+  const kept = entryOf(entryOf(stateDict.attributes ?? null, "_metadata") ?? null, METADATA_ENTRY);
+  if (kept === undefined) return [];
+  if (kept === null || typeof kept !== "object" || kept.kind !== "dict") {
+    options.onWarning?.(`_metadata[${JSON.stringify(METADATA_ENTRY)}] is ${describeValue(kept)}, not a dict of str: left out`);
+    return [];
+  }
+  const out: [string, string][] = [];
+  for (const { key, value } of kept.entries.values()) {
+    if (typeof key === "string" && typeof value === "string") out.push([key, value]);
+    else options.onWarning?.(`metadata entry ${describeValue(key)}: ${describeValue(value)} is not a str to a str: left out`);
+  }
+  return out;
+}
+
 function entryOf(dict: PickleValue, key: string): PickleValue | undefined {
   if (dict === null || typeof dict !== "object" || dict.kind !== "dict") return undefined;
   return dict.entries.get(`s${key}`)?.value ?? (/^-?\d+$/.test(key) ? dict.entries.get(`i${key}`)?.value : undefined);
@@ -799,6 +822,8 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
   // `name` is undefined at the root; `depth` counts the segments.
   type Frame = { value: PickleValue; name: string | undefined; depth: number } | { exit: object };
   const stack: Frame[] = [];
+  /** The value the names start from: the state dict whose metadata is kept. */
+  let stack0: PickleValue = root;
   if (options.key !== undefined) {
     let value: PickleValue | undefined = root;
     const parts = options.key.split(".");
@@ -816,6 +841,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
       }
     }
     stack.push({ value: value!, name: undefined, depth: 0 });
+    stack0 = value!;
   } else {
     const wrapper = entryOf(root, "state_dict");
     const bearing =
@@ -831,6 +857,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
         else stack.push({ value: siblings[i]!.value, name, depth: 1 });
       }
       stack.push({ value: wrapper, name: undefined, depth: 0 });
+      stack0 = wrapper;
     } else {
       // A training checkpoint whose optimizer state (or EMA, loops…) holds tensors too (a Lightning
       // .ckpt): everything is converted, and the user is told once how to take just the model.
@@ -840,6 +867,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
         );
       }
       stack.push({ value: root, name: undefined, depth: 0 });
+      stack0 = root;
     }
   }
 
@@ -931,7 +959,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
       warn(`the pickle also calls ${unreported.join(", ")}: st-convert ran none of it, and nothing those calls would return is in the output`);
     }
   }
-  return { all, excluded, skipped };
+  return { all, excluded, skipped, metadata: keptMetadata(stack0, options) };
 }
 
 // ----- tensors -----
@@ -1258,6 +1286,7 @@ function finish(
     const entry = tensorEntry(t.name, t.ref, storage, bigEndian, options);
     if (!removed.has(t.name)) tensors.push(entry);
   }
-  const metadata = createMetadata([["format", "pt"], ...Object.entries(aliases)]);
+  // The kept entries first, then what this file's tensors say (the format, their aliases), which wins a clash.
+  const metadata = createMetadata([...named.metadata, ["format", "pt"], ...Object.entries(aliases)]);
   return { format, metadata, tensors, aliases, skipped: named.skipped, bigEndian, globals: [...globals] };
 }

@@ -35,8 +35,9 @@ const SHARD_EXTENSIONS = [".bin", ".pt", ".pth", ".ckpt"];
  * Reads a sharded checkpoint: the index from `index`, each shard it names through
  * `openShard(name)` (the caller resolves the name beside the index and closes what it opened).
  * Tensors come in `weight_map` order (a name folded into an identical view under another name
- * stays an alias, in the metadata); metadata is `{"format": "pt"}`, the index's own entries (core's
- * rules: `total_size` and `total_parameters` left out) and every shard's aliases.
+ * stays an alias, in the metadata); metadata is `{"format": "pt"}` with what every shard's metadata
+ * agrees on (the entries the torch writer keeps), the index's own entries (core's rules:
+ * `total_size` and `total_parameters` left out) and every shard's aliases.
  * The index is read by core's safetensors index reader, with its rules; only the shards differ.
  * @throws StConvertError `InvalidIndex` (not an index; a shard name that is absolute, climbs out
  *   with `..` or is not a checkpoint's; a shard holding a tensor the index does not map to it),
@@ -55,8 +56,10 @@ export async function readTorchIndex(
       extensions: SHARD_EXTENSIONS,
       async read(shard) {
         const file = await readTorch(shard, options);
-        // The aliases are merged from every shard by the index reader, not agreed on.
-        return { tensors: file.tensors, metadata: createMetadata([["format", "pt"]]), aliases: file.aliases };
+        // The aliases are merged from every shard by the index reader, not agreed on; the rest of
+        // a shard's metadata (`format`, what the torch writer kept) is agreed on, as safetensors shards' is.
+        const rest = Object.entries(file.metadata).filter(([key]) => !Object.hasOwn(file.aliases, key));
+        return { tensors: file.tensors, metadata: createMetadata(rest), aliases: file.aliases };
       },
     },
   });

@@ -103,6 +103,12 @@ const BYTES = TORCH_DTYPES.get("uint8")!;
 /** Largest rank accepted: numpy's `NPY_MAXDIMS`, far past any checkpoint. */
 export const MAX_RANK = 64;
 
+/**
+ * The key under which the torch writer keeps a checkpoint's metadata in its state dict's
+ * `_metadata` attribute (whose other keys are module prefixes): a name no module has.
+ */
+export const METADATA_ENTRY = "__metadata__";
+
 /** A storage a persistent id declares: its key and its length. */
 export interface StorageRef {
   readonly kind: "storage";

@@ -27,6 +27,7 @@ import {
   withContext,
 } from "@st-convert/core";
 import { type Codec, crcCounted, loadCodec } from "@st-convert/npy";
+import { METADATA_ENTRY } from "./torchSymbols.js";
 
 /** Options of {@link writeTorch}. */
 export interface TorchWriteOptions {
@@ -257,8 +258,13 @@ interface Planned {
   readonly alias: boolean;
 }
 
-/** The pickle of the state dict: `{name: _rebuild_tensor_v2/v3(storage, 0, size, stride, False, OrderedDict())}`. */
-function statePickle(planned: readonly Planned[], bare = false): Uint8Array {
+/**
+ * The pickle of the state dict: `{name: _rebuild_tensor_v2/v3(storage, 0, size, stride, False, OrderedDict())}`.
+ * With metadata to keep, the state dict is an OrderedDict whose `_metadata` attribute (where
+ * `nn.Module.state_dict()` puts per-module versions, and `load_state_dict` looks them up by module
+ * prefix) is `OrderedDict({"__metadata__": {key: value, …}})`: the bytes `torch.save` writes for it.
+ */
+function statePickle(planned: readonly Planned[], bare = false, kept: readonly [string, string][] = []): Uint8Array {
   const p = new PickleBuilder();
   p.bytes(0x80, 2);
   if (bare) {
@@ -267,35 +273,67 @@ function statePickle(planned: readonly Planned[], bare = false): Uint8Array {
     p.bytes(0x2e);
     return p.finish();
   }
-  p.bytes(0x7d);
-  p.put();
   // A lone tensor named state_dict would be taken for a training checkpoint's wrapper and unwrapped
   // by readers (st-convert's, safetensors' convert.py): one level deeper, it reads back as itself.
   const wrapped = planned.length === 1 && planned[0]!.name === "state_dict";
   if (wrapped) {
+    p.bytes(0x7d);
+    p.put();
     p.string("state_dict");
+    p.put();
+  }
+  if (kept.length > 0) orderedDict(p);
+  else p.bytes(0x7d);
+  p.put();
+  const memoOf = new Map<string, number>();
+  setItems(p, planned, (t) => {
+    p.string(t.name);
+    p.put();
+    const already = memoOf.get(t.key);
+    if (already !== undefined) {
+      // An alias: the same tensor object again, as torch.save pickles tied weights.
+      p.get(already);
+    } else memoOf.set(t.key, tensorCall(p, t));
+  });
+  if (kept.length > 0) {
+    // BUILD's state: {"_metadata": OrderedDict({"__metadata__": {key: value, …}})}.
+    p.bytes(0x7d);
+    p.put();
+    p.string("_metadata");
+    p.put();
+    orderedDict(p);
+    p.put();
+    p.string(METADATA_ENTRY);
     p.put();
     p.bytes(0x7d);
     p.put();
-  }
-  const memoOf = new Map<string, number>();
-  for (let start = 0; start < planned.length; start += BATCH) {
-    const batch = planned.slice(start, start + BATCH);
-    if (batch.length > 1) p.bytes(0x28);
-    for (const t of batch) {
-      p.string(t.name);
+    setItems(p, kept, ([key, value]) => {
+      p.string(key);
       p.put();
-      const already = memoOf.get(t.key);
-      if (already !== undefined) {
-        // An alias: the same tensor object again, as torch.save pickles tied weights.
-        p.get(already);
-      } else memoOf.set(t.key, tensorCall(p, t));
-    }
-    p.bytes(batch.length > 1 ? 0x75 : 0x73); // SETITEMS, or SETITEM for a batch of one
+      p.string(value);
+      p.put();
+    });
+    p.bytes(0x73, 0x73, 0x62); // SETITEM into _metadata, SETITEM into the state, BUILD
   }
   if (wrapped) p.bytes(0x73);
   p.bytes(0x2e);
   return p.finish();
+}
+
+/** `collections.OrderedDict()`: the class (memoized), called with no arguments. */
+function orderedDict(p: PickleBuilder): void {
+  p.global("collections", "OrderedDict");
+  p.bytes(0x29, 0x52); // EMPTY_TUPLE, REDUCE
+}
+
+/** A dict's items as Python's pickler adds them: in batches of {@link BATCH}, SETITEM for a batch of one. */
+function setItems<T>(p: PickleBuilder, items: readonly T[], emit: (item: T) => void): void {
+  for (let start = 0; start < items.length; start += BATCH) {
+    const batch = items.slice(start, start + BATCH);
+    if (batch.length > 1) p.bytes(0x28); // MARK
+    for (const item of batch) emit(item);
+    p.bytes(batch.length > 1 ? 0x75 : 0x73); // SETITEMS, or SETITEM for a batch of one
+  }
 }
 
 /** A tensor's rebuild call, `_rebuild_tensor_v2/v3(storage, 0, size, stride, False, OrderedDict())`; returns its memo index. */
@@ -539,20 +577,26 @@ export async function writeTorch(source: TensorSource, sink: ByteSink, options: 
     keyOf.set(tensor.name, String(i));
   });
   const dropped: string[] = [];
+  /** Entries that are not aliases: kept in the state dict's `_metadata` (see {@link statePickle}). */
+  const kept: [string, string][] = [];
   const metadata = source.metadata ?? {};
   const aliasing = metadata.format === "pt";
   for (const [key, value] of Object.entries(metadata)) {
     if (key === "format" && value === "pt") continue;
-    const kept = aliasing ? keyOf.get(value) : undefined;
-    if (kept === undefined || seen.has(key) || hasLoneSurrogate(key)) {
+    if (hasLoneSurrogate(key) || hasLoneSurrogate(value)) {
       dropped.push(key);
       continue;
     }
+    const tied = aliasing ? keyOf.get(value) : undefined;
+    if (tied === undefined || seen.has(key)) {
+      kept.push([key, value]);
+      continue;
+    }
     seen.add(key);
-    planned.push({ name: key, tensor: source.tensors[Number(kept)]!, key: kept, alias: true });
+    planned.push({ name: key, tensor: source.tensors[Number(tied)]!, key: tied, alias: true });
   }
   if (dropped.length > 0) {
-    options.onWarning?.(`metadata dropped (a PyTorch checkpoint has no place for it): ${dropped.map((k) => quoteName(k)).join(", ")}`);
+    options.onWarning?.(`metadata dropped (a lone UTF-16 surrogate, which a pickle cannot encode): ${dropped.map((k) => quoteName(k)).join(", ")}`);
   }
 
   const codec = await loadCodec(options.codec === "fflate" ? "fflate" : undefined);
@@ -567,7 +611,7 @@ export async function writeTorch(source: TensorSource, sink: ByteSink, options: 
   if (object.kind === "tensor" && planned.length !== 1)
     throw new StConvertError("InvalidArgument", "a lone tensor is saved, but the source holds another count");
   if (object.kind === "str") planned.length = 0;
-  await record("data.pkl", object.kind === "str" ? strPickle(object.text) : statePickle(planned, object.kind === "tensor"));
+  await record("data.pkl", object.kind === "str" ? strPickle(object.text) : statePickle(planned, object.kind === "tensor", kept));
   await record(".format_version", encoder.encode("1"));
   await record(".storage_alignment", encoder.encode(String(ALIGNMENT)));
   await record("byteorder", encoder.encode("little"));

@@ -21,6 +21,7 @@ interface Loaded {
   type?: string;
   tensors?: { name: string; dtype: string; shape: number[]; sha256: string }[];
   shared?: [string, string][];
+  metadata?: Record<string, string> | null;
 }
 
 const manifest = JSON.parse(readFileSync(fixturePath("torch", "manifest.json"), "utf8")) as Record<string, Expected>;
@@ -107,6 +108,35 @@ describeInterop("torch interop", (python) => {
         for (const [removed, kept] of Object.entries(expected.aliases ?? {})) {
           expect(got.shared, `${file}: ${removed} shares ${kept}'s storage`).toContainEqual([removed, kept].sort() as [string, string]);
         }
+      }
+    });
+  });
+
+  it("metadata our .pt keeps in the state dict's _metadata is what torch.load returns there", async () => {
+    const outs: string[] = [];
+    const wanted: Record<string, string>[] = [];
+    for (const name of ["metadata.pt", "metadata_one.pt"]) {
+      const ours = await readTorch(readFileSync(fixturePath("torch_metadata", name)));
+      const sink = new MemorySink();
+      await writeTorch(ours, sink);
+      const out = join(temp.dir, `kept-${name}`);
+      writeFileSync(out, sink.bytes());
+      outs.push(out);
+      const { format: _, ...entries } = ours.metadata;
+      wanted.push(entries);
+    }
+    // Written from scratch too: many entries (batches of SETITEMS) and no "format".
+    const many = Object.fromEntries(Array.from({ length: 2500 }, (_, i) => [`key.${i}`, `value ${i} é`]));
+    const sink = new MemorySink();
+    await writeTorch({ metadata: many, tensors: [await readTorch(readFileSync(fixturePath("torch", "dtypes.pt"))).then((f) => f.tensors[0]!)] }, sink);
+    outs.push(join(temp.dir, "kept-many.pt"));
+    writeFileSync(outs[outs.length - 1]!, sink.bytes());
+    wanted.push(many);
+    const loaded = lines<Record<"weights_only" | "mmap", Loaded>>(runPython(python, "reference_torch.py", ["load", ...outs]));
+    loaded.forEach((result, i) => {
+      for (const mode of ["weights_only", "mmap"] as const) {
+        expect(result[mode].error, `${outs[i]} ${mode}: ${result[mode].message}`).toBeUndefined();
+        expect(result[mode].metadata, `${outs[i]} ${mode}`).toEqual(wanted[i]);
       }
     });
   });

@@ -78,6 +78,63 @@ describe("writeTorch", () => {
     expect(Buffer.from(bytes).indexOf(Buffer.from([0xff, 0xff, 0xff, 0xff]))).toBeGreaterThan(0);
   });
 
+  describe("metadata in the state dict's _metadata, as torch.save writes it (fixtures/torch_metadata, gen_torch_metadata.py)", () => {
+    const kept = (name: string) => readFileSync(fixturePath("torch_metadata", name));
+    /**
+     * A pickle's bytes less the memo: each BINPUT/LONG_BINPUT dropped, each BINGET/LONG_BINGET's index
+     * blanked. Only for these small pickles, whose strings hold none of those opcode bytes where it matters:
+     * opcodes are walked, strings skipped by their length.
+     */
+    const withoutTupleMemo = (pickle: Buffer): Buffer => {
+      const out: number[] = [];
+      for (let at = 0; at < pickle.length; ) {
+        const op = pickle[at]!;
+        const arg = { 0x80: 1, 0x71: 1, 0x72: 4, 0x68: 1, 0x6a: 4, 0x4b: 1, 0x4d: 2, 0x4a: 4 }[op] ?? 0;
+        const text = op === 0x58 ? 4 + pickle.readUInt32LE(at + 1) : op === 0x63 ? pickle.indexOf(0x0a, pickle.indexOf(0x0a, at) + 1) - at : 0;
+        const size = 1 + (text > 0 ? text : arg);
+        if (op === 0x68 || op === 0x6a) out.push(op);
+        else if (op !== 0x71 && op !== 0x72) out.push(...pickle.subarray(at, at + size));
+        at += size;
+      }
+      return Buffer.from(out);
+    };
+    /** The bytes of a checkpoint's data.pkl. */
+    const pickleOf = async (bytes: Uint8Array) => {
+      const source = bytesSource(bytes);
+      const member = (await locateMembers(source, await readZipDirectory(source))).find((m) => m.name.endsWith("/data.pkl"))!;
+      return Buffer.from(bytes.subarray(member.dataOffset, member.dataOffset + member.size));
+    };
+
+    for (const name of ["metadata.pt", "metadata_one.pt"]) {
+      it(`${name}: read back as metadata; written again, the pickle is torch.save's but for its memo`, async () => {
+        const original = await readTorch(kept(name));
+        const entries =
+          name === "metadata.pt"
+            ? { "gguf.general.architecture": '{"type":"STRING","value":"llama"}', note: "é😀", other: "x", format: "pt" }
+            : { k: "v", format: "pt" };
+        expect({ ...original.metadata }).toEqual(entries);
+        const warnings: string[] = [];
+        const bytes = await written(original, { onWarning: (m) => warnings.push(m) });
+        expect(warnings).toEqual([]);
+        // torch.save memoizes every tuple (a BINPUT after each); our writer memoizes none, as for any checkpoint.
+        expect(withoutTupleMemo(await pickleOf(bytes)).equals(withoutTupleMemo(await pickleOf(kept(name))))).toBe(true);
+        expect({ ...(await readTorch(bytes)).metadata }).toEqual(entries);
+      });
+    }
+
+    it("a module's state dict: its version entry beside ours is not metadata", async () => {
+      expect({ ...(await readTorch(kept("module.pt"))).metadata }).toEqual({ k: "v", format: "pt" });
+    });
+
+    it("entries that are not a str to a str are left out, each with a warning", async () => {
+      const warnings: string[] = [];
+      const file = await readTorch(kept("mixed.pt"), { onWarning: (m) => warnings.push(m) });
+      expect({ ...file.metadata }).toEqual({ kept: "yes", format: "pt" });
+      expect(warnings).toHaveLength(2);
+      expect(warnings.every((w) => /^metadata entry .* is not a str to a str: left out$/.test(w))).toBe(true);
+    });
+  });
+
   it("aliases in the metadata become names over the kept tensor's storage", async () => {
     const w = tensorFromBytes({ name: "lm_head.weight", dtype: "F32", shape: [2] }, new Uint8Array(new Float32Array([1, 2]).buffer));
     const bytes = await written({ metadata: { format: "pt", "transformer.wte.weight": "lm_head.weight" }, tensors: [w] });
@@ -86,12 +143,13 @@ describe("writeTorch", () => {
     expect(back.aliases).toEqual({ "transformer.wte.weight": "lm_head.weight" });
   });
 
-  it("drops other metadata with a warning; refuses F4/F6, duplicate names, lone surrogates", async () => {
+  it("keeps other metadata in the state dict's _metadata, dropping only what a pickle cannot hold; refuses F4/F6, duplicate names, lone surrogates", async () => {
     const t = (name: string, dtype: "F32" | "F4" | "F6_E2M3" = "F32") =>
       tensorFromBytes({ name, dtype, shape: dtype === "F6_E2M3" ? [4] : [2] }, new Uint8Array(dtype === "F32" ? 8 : dtype === "F4" ? 1 : 3));
     const warnings: string[] = [];
-    await written({ metadata: { note: "x", format: "pt" }, tensors: [t("a")] }, { onWarning: (m) => warnings.push(m) });
-    expect(warnings).toEqual(['metadata dropped (a PyTorch checkpoint has no place for it): "note"']);
+    const bytes = await written({ metadata: { note: "x", format: "pt", bad: "\udc00" }, tensors: [t("a")] }, { onWarning: (m) => warnings.push(m) });
+    expect(warnings).toEqual(['metadata dropped (a lone UTF-16 surrogate, which a pickle cannot encode): "bad"']);
+    expect({ ...(await readTorch(bytes)).metadata }).toEqual({ note: "x", format: "pt" });
     await expect(written({ metadata: null, tensors: [t("a", "F4")] })).rejects.toThrow(/tensor "a": F4 has no torch dtype/);
     expect(await errorCode(written({ metadata: null, tensors: [t("a", "F6_E2M3")] }))).toBe("Unsupported");
     expect(await errorCode(written({ metadata: null, tensors: [t("a"), t("a")] }))).toBe("DuplicateKey");
