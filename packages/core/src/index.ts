@@ -23,7 +23,7 @@ export {
   toByteSource,
   WRITTEN,
 } from "./ByteSource.js";
-export { CRC_RANGE_FROM, type Kernels, crc32FileRange, kernels } from "./kernels.js";
+export { CRC_RANGE_FROM, type Kernels, type RunReader, crc32FileRange, fileRunReader, kernels } from "./kernels.js";
 export { NameIndex } from "./NameIndex.js";
 export { DTYPES, type Dtype, type DtypeInfo, dtypeFromNumpyName, dtypeInfo, elementCount, isDtype, tensorByteLength, toSafeNumber } from "./dtypes.js";
 export {

@@ -17,6 +17,13 @@ export interface Kernels {
    */
   crc32Range?: (fd: number, offset: number, length: number, previous: number) => Promise<number>;
   /**
+   * Reads `count * run` bytes of the file open as `fd` from `offset` off the main thread, straight
+   * into `count` runs of `run` bytes `stride` apart in `target` from `targetOffset`, and resolves
+   * to their CRC-32 continued from `previous` (the native module documents it). Rejects as
+   * {@link crc32Range} does.
+   */
+  readRuns?: NativeIo["readRuns"];
+  /**
    * The JSON form's three F32 loops, element for element what the json package's JavaScript
    * does (its tests compare them): the writer's `formatFloat32s`, the reader's
    * `storeFloat32Run` and the scanner's `numberRun`. Each returns a position and leaves its
@@ -92,4 +99,33 @@ export function crc32FileRange(source: ByteSource, offset: number, length: numbe
     if (errno === 0) throw endedEarly(offset + (copied ?? 0), offset + length, source.name);
     throw new StConvertError("Io", `read failed: ${message ?? String(error)}`, { file: source.name });
   });
+}
+
+/** Reads runs of a source into place, as {@link Kernels.readRuns} does, with the source's offsets. */
+export type RunReader = (
+  offset: number,
+  target: Uint8Array,
+  targetOffset: number,
+  run: number,
+  stride: number,
+  count: number,
+  previous: number,
+) => Promise<number>;
+
+/**
+ * {@link Kernels.readRuns} over `source`, when it is installed and the source is a file open as a
+ * descriptor (core/node's `FileSource.fd`); undefined otherwise, and the caller reads through
+ * the source and places the bytes itself.
+ * @throws StConvertError (the reader's promise) `UnexpectedEof` naming the source when the file ends early, `Io` when a read fails.
+ */
+export function fileRunReader(source: ByteSource): RunReader | undefined {
+  const fd = (source as { fd?: unknown }).fd;
+  const readRuns = kernels.readRuns;
+  if (typeof fd !== "number" || readRuns === undefined) return undefined;
+  return (offset, target, targetOffset, run, stride, count, previous) =>
+    readRuns(fd, offset, target, targetOffset, run, stride, count, previous).catch((error: unknown) => {
+      const { errno, copied, message } = error as { errno?: number; copied?: number; message?: string };
+      if (errno === 0) throw endedEarly(offset + (copied ?? 0), offset + run * count, source.name);
+      throw new StConvertError("Io", `read failed: ${message ?? String(error)}`, { file: source.name });
+    });
 }

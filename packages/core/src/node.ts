@@ -49,6 +49,7 @@ const native = nativeIo();
 if (native !== undefined) {
   kernels.crc32 = native.crc32;
   kernels.crc32Range = native.crc32Range;
+  kernels.readRuns = native.readRuns;
   kernels.formatFloat32s = native.formatFloat32s;
   kernels.formatFloat32sAsync = native.formatFloat32sAsync;
   kernels.storeFloat32Run = native.storeFloat32Run;

@@ -23,6 +23,12 @@
  *     Rejects as copyRange does; `copied` is then the bytes read, and an input that ends early
  *     rejects with `errno` 0.
  *
+ *   readRuns(fd, offset, target, targetOffset, run, stride, count, previous) -> Promise<number>
+ *     `count * run` bytes of a file from `offset`, read on the thread pool straight into `count`
+ *     runs of `run` bytes `stride` apart in the Uint8Array `target` from `targetOffset` (preadv(2)),
+ *     their CRC-32 taken in file order as they arrive, continued from `previous`. Resolves to the
+ *     CRC; rejects as crc32Range does. Until then the caller leaves `target` alone.
+ *
  *   exchangePaths(a, b) -> undefined
  *     Swaps what the two paths name, atomically (renameat2(2) with RENAME_EXCHANGE); throws an
  *     Error carrying `errno` (EINVAL: this file system cannot; ENOENT: one of them is missing).
@@ -43,7 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cast.h"
@@ -600,6 +608,131 @@ static napi_value crc32_range_js(napi_env env, napi_callback_info info) {
   return queue_job(env, "st-convert.crc32Range", crc_run, crc_done, job, "crc32Range: cannot queue the CRC");
 }
 
+/* ---------- a read scattered into runs, on the pool ---------- */
+
+/*
+ * readRuns: `count` runs of `run` bytes, read in one pass over the file from `offset` (they lie
+ * there one after the other), each put `stride` bytes after the one before in the target: one
+ * preadv(2) per RUNS_BATCH runs, so that a distributed checkpoint's piece of a row group goes from
+ * the page cache to its place among the other pieces' columns in one copy, with no buffer between.
+ * The CRC-32 of the bytes is folded in their file order after each batch, while they are in the
+ * CPU's cache (one batch is about RUNS_BATCH_BYTES).
+ */
+#define RUNS_BATCH_BYTES (512 * 1024)
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+
+typedef struct {
+  job_head head;
+  napi_ref target_ref; /* keeps the target alive while the pool writes into it */
+  uint8_t* target;
+  int fd;
+  int64_t offset, run, stride, count, done; /* done: bytes read */
+  uint32_t crc;
+  int error;
+} runs_job;
+
+static void runs_run(napi_env env, void* data) {
+  (void)env;
+  runs_job* job = data;
+  int batch = job->run >= RUNS_BATCH_BYTES ? 1 : (int)(RUNS_BATCH_BYTES / job->run);
+  if (batch > IOV_MAX) batch = IOV_MAX;
+  struct iovec* iov = malloc(sizeof *iov * (size_t)batch);
+  if (iov == NULL) {
+    job->error = ENOMEM;
+    return;
+  }
+  int64_t total = job->run * job->count;
+  while (job->done < total) {
+    /* The runs from the one `done` falls in, the first of them possibly begun by a short read. */
+    int64_t first = job->done / job->run, into = job->done % job->run;
+    int n = 0;
+    for (int64_t i = first; i < job->count && n < batch; i++, n++) {
+      int64_t skip = i == first ? into : 0;
+      iov[n].iov_base = job->target + i * job->stride + skip;
+      iov[n].iov_len = (size_t)(job->run - skip);
+    }
+    ssize_t got = preadv(job->fd, iov, n, (off_t)(job->offset + job->done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      job->error = errno;
+      break;
+    }
+    if (got == 0) {
+      job->error = -1; /* the input ended */
+      break;
+    }
+    for (int k = 0; k < n && got > 0; k++) {
+      size_t take = (size_t)got < iov[k].iov_len ? (size_t)got : iov[k].iov_len;
+      job->crc = crc32_of(job->crc, iov[k].iov_base, take);
+      got -= (ssize_t)take;
+      job->done += (int64_t)take;
+    }
+  }
+  free(iov);
+}
+
+static void runs_done(napi_env env, napi_status status, void* data) {
+  runs_job* job = data;
+  if (status != napi_ok) reject_with(env, job->head.deferred, "read cancelled", 0, job->done);
+  else if (job->error == -1) reject_with(env, job->head.deferred, "the file ended", 0, job->done);
+  else if (job->error != 0) reject_with(env, job->head.deferred, strerror(job->error), job->error, job->done);
+  else {
+    napi_value crc;
+    napi_create_uint32(env, job->crc, &crc);
+    napi_resolve_deferred(env, job->head.deferred, crc);
+  }
+  napi_delete_reference(env, job->target_ref);
+  napi_delete_async_work(env, job->head.work);
+  free(job);
+}
+
+static napi_value read_runs_js(napi_env env, napi_callback_info info) {
+  size_t argc = 8;
+  napi_value argv[8];
+  const char* usage =
+      "readRuns(fd, offset, target, targetOffset, run, stride, count, previous): whole numbers, target a Uint8Array holding every run, "
+      "run > 0, stride >= run, previous a uint32";
+  double fd, offset, target_offset, run, stride, count, previous;
+  bool is_typed = false;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 8 || !get_double(env, argv[0], &fd) ||
+      !get_double(env, argv[1], &offset) || napi_is_typedarray(env, argv[2], &is_typed) != napi_ok || !is_typed ||
+      !get_double(env, argv[3], &target_offset) || !get_double(env, argv[4], &run) || !get_double(env, argv[5], &stride) ||
+      !get_double(env, argv[6], &count) || !get_double(env, argv[7], &previous) || !whole(fd, 0) || fd > 2147483647.0 || !whole(offset, 0) ||
+      !whole(target_offset, 0) || !whole(run, 1) || !whole(stride, run) || !whole(count, 0) || !whole(previous, 0) || previous > 4294967295.0)
+    return fail(env, usage);
+  napi_typedarray_type type;
+  size_t length = 0;
+  void* data = NULL;
+  if (napi_get_typedarray_info(env, argv[2], &type, &length, &data, NULL, NULL) != napi_ok || type != napi_uint8_array) return fail(env, usage);
+  /* The last run ends within the target (compared in doubles: every operand is below 2^53 and the check is for refusal only). */
+  if (count > 0 && target_offset + (count - 1) * stride + run > (double)length) return fail(env, usage);
+  runs_job* job = calloc(1, sizeof *job);
+  if (job == NULL) return fail(env, "readRuns: out of memory");
+  if (napi_create_reference(env, argv[2], 1, &job->target_ref) != napi_ok) {
+    free(job);
+    return fail(env, "readRuns: cannot hold the target");
+  }
+  job->target = (uint8_t*)data + (size_t)target_offset;
+  job->fd = (int)fd;
+  job->offset = (int64_t)offset;
+  job->run = (int64_t)run;
+  job->stride = (int64_t)stride;
+  job->count = (int64_t)count;
+  job->crc = (uint32_t)previous;
+  napi_value promise, resource;
+  napi_create_promise(env, &job->head.deferred, &promise);
+  napi_create_string_utf8(env, "st-convert.readRuns", NAPI_AUTO_LENGTH, &resource);
+  if (napi_create_async_work(env, NULL, resource, runs_run, runs_done, job, &job->head.work) != napi_ok ||
+      napi_queue_async_work(env, job->head.work) != napi_ok) {
+    napi_delete_reference(env, job->target_ref);
+    free(job);
+    return fail(env, "readRuns: cannot queue the read");
+  }
+  return promise;
+}
+
 /*
  * The job of copyRange (five arguments) or copyRangeCrc32 (six, the last the CRC to continue
  * from), or NULL having thrown a TypeError (or an Error when out of memory).
@@ -671,6 +804,8 @@ NAPI_MODULE_INIT() {
   napi_set_named_property(env, exports, "copyRangeCrc32", fn);
   napi_create_function(env, "crc32Range", NAPI_AUTO_LENGTH, crc32_range_js, NULL, &fn);
   napi_set_named_property(env, exports, "crc32Range", fn);
+  napi_create_function(env, "readRuns", NAPI_AUTO_LENGTH, read_runs_js, NULL, &fn);
+  napi_set_named_property(env, exports, "readRuns", fn);
   napi_create_function(env, "crc32", NAPI_AUTO_LENGTH, crc32_js, NULL, &fn);
   napi_set_named_property(env, exports, "crc32", fn);
   napi_create_function(env, "exchangePaths", NAPI_AUTO_LENGTH, exchange_paths_js, NULL, &fn);

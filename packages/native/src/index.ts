@@ -41,6 +41,15 @@ export interface NativeIo {
    */
   crc32Range(fd: number, offset: number, length: number, previous: number): Promise<number>;
   /**
+   * Reads `count * run` bytes of the file open as `fd` from `offset`, on Node's thread pool,
+   * straight into `count` runs of `run` bytes `stride` apart in `target` from `targetOffset`
+   * (preadv(2), no buffer between), taking their CRC-32 in file order as they arrive, continued
+   * from `previous`. Resolves to the CRC; rejects as `crc32Range` does (`copied`: the bytes read).
+   * Until it settles the caller leaves `target` alone. Throws a TypeError for a bad argument or a
+   * run past the end of `target`.
+   */
+  readRuns(fd: number, offset: number, target: Uint8Array, targetOffset: number, run: number, stride: number, count: number, previous: number): Promise<number>;
+  /**
    * The JSON form's F32 writer loop: elements of `words` (float32 bits) from `index`, as the
    * json package's `formatFloat32s` writes them, while `index < end` and `pos <= limit`; returns
    * the output position, `state[0]` the next element. Stops early, before the element's

@@ -12,7 +12,9 @@ import {
   type ByteSource,
   type ChunkOptions,
   DEFAULT_CHUNK_SIZE,
+  type ExtentCrc32,
   type Metadata,
+  type RunReader,
   StConvertError,
   type TensorEntry,
   type TensorExtent,
@@ -20,6 +22,7 @@ import {
   type TensorSource,
   createMetadata,
   extentNamed,
+  fileRunReader,
   isStConvertError,
   quoteName,
   toByteSource,
@@ -388,6 +391,8 @@ class ChunkCursor {
    * copies them out at once (so the chunks are asked for with `reuse`).
    */
   async take(length: number): Promise<Uint8Array> {
+    // A share is read as one chunk of its own size: the next chunk is it, with no join.
+    if (this.#pending.byteLength === 0 && length > 0) this.#pending = await this.#next();
     if (this.#pending.byteLength >= length) {
       const out = this.#pending.subarray(0, length);
       this.#pending = this.#pending.subarray(length);
@@ -397,18 +402,20 @@ class ChunkCursor {
     const out = this.#joined.subarray(0, length);
     let filled = 0;
     while (filled < length) {
-      if (this.#pending.byteLength === 0) {
-        this.#iterator ??= this.piece.tensor.chunks({ chunkSize: this.chunkSize, reuse: true })[Symbol.asyncIterator]();
-        const next = await this.#iterator.next();
-        if (next.done === true) throw new StConvertError("ByteLengthMismatch", "a chunk's record gave fewer bytes than its shape needs");
-        this.#pending = next.value;
-      }
+      if (this.#pending.byteLength === 0) this.#pending = await this.#next();
       const n = Math.min(length - filled, this.#pending.byteLength);
       out.set(this.#pending.subarray(0, n), filled);
       this.#pending = this.#pending.subarray(n);
       filled += n;
     }
     return out;
+  }
+
+  async #next(): Promise<Uint8Array> {
+    this.#iterator ??= this.piece.tensor.chunks({ chunkSize: this.chunkSize, reuse: true })[Symbol.asyncIterator]();
+    const next = await this.#iterator.next();
+    if (next.done === true) throw new StConvertError("ByteLengthMismatch", "a chunk's record gave fewer bytes than its shape needs");
+    return next.value;
   }
 
   async close(): Promise<void> {
@@ -471,6 +478,12 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
   const inner = size.slice(k + 1);
   const perGroup = Math.max(1, Math.floor(rowGroupSize / slab));
   const slabOf = (p: OpenedChunk): number => tail(p.chunk.sizes, k + 1);
+  const groups = groupsOf(size, k, pieces, perGroup);
+  const inPlace = placedPieces(pieces, item.name);
+  if (inPlace !== undefined) {
+    yield* readInPlace(groups, inPlace, k, inner, slab, es, chunkSize, options.reuse === true);
+    return;
+  }
   // Each chunk is read in pieces of one group's share, so that a group's share is mostly one read chunk (no join).
   const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, Math.max(1, perGroup * slabOf(p)))]));
   // With `reuse`, two blocks take turns: a block is filled again only once the consumer has asked
@@ -489,7 +502,6 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
     taking.catch(() => {});
     return taking;
   };
-  const groups = groupsOf(size, k, pieces, perGroup);
   let group = groups.next();
   let next = group.done === true ? undefined : take(group.value);
   try {
@@ -505,6 +517,135 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
   } finally {
     await next?.catch(() => {});
     for (const cursor of cursors.values()) await cursor.close().catch(() => {});
+  }
+}
+
+/** A chunk whose bytes are read straight into place: its file, where its bytes start, its check. */
+interface PlacedPiece {
+  readonly read: RunReader;
+  readonly offset: number;
+  readonly byteLength: number;
+  /** The check of its bytes, as their CRC-32 (absent: nothing to check). */
+  readonly crc32: ExtentCrc32 | undefined;
+  /** Bytes read so far, and their CRC-32. */
+  consumed: number;
+  crc: number;
+}
+
+/**
+ * The chunks as {@link PlacedPiece}s, when every one lies as it is in a file that runs can be
+ * read from in place (the native module's `readRuns`) and its check, if any, is the CRC-32 of
+ * exactly its bytes; undefined otherwise, and the gather reads through the records.
+ */
+function placedPieces(pieces: readonly OpenedChunk[], name: string): Map<OpenedChunk, PlacedPiece> | undefined {
+  const placed = new Map<OpenedChunk, PlacedPiece>();
+  for (const piece of pieces) {
+    const extent = remapped(piece, name);
+    const read = extent === undefined ? undefined : fileRunReader(extent.source);
+    if (extent === undefined || read === undefined || (extent.check !== undefined && extent.crc32 === undefined)) return undefined;
+    placed.set(piece, { read, offset: extent.offset, byteLength: piece.tensor.byteLength, crc32: extent.crc32, consumed: 0, crc: 0 });
+  }
+  return placed;
+}
+
+/**
+ * The runs in which a chunk's share of a group (a C-order block of shape `sizes`) lies in the
+ * group's C-order block of shape `full`, at `offsets`: `count` runs of `run` bytes, `stride`
+ * apart, the first at `base`. Undefined when they are not evenly spaced (a chunk that cuts a
+ * dimension between the group's and the run's), which {@link scatter} places run by run.
+ */
+function runLayout(
+  sizes: readonly number[],
+  offsets: readonly number[],
+  full: readonly number[],
+  es: number,
+): { run: number; stride: number; count: number; base: number } | undefined {
+  const rank = sizes.length;
+  let k = rank - 1;
+  let run = es;
+  while (k > 0 && sizes[k] === full[k] && offsets[k] === 0) run *= sizes[k--]!;
+  run *= sizes[k]!;
+  const strides = new Array<number>(rank);
+  let stride = es;
+  for (let d = rank - 1; d >= 0; d--) {
+    strides[d] = stride;
+    stride *= full[d]!;
+  }
+  let base = 0;
+  for (let d = 0; d <= k; d++) base += offsets[d]! * strides[d]!;
+  let count = 1;
+  for (let d = 0; d < k; d++) {
+    // Dimensions between the first and the run's, held whole, keep the runs evenly spaced.
+    if (d > 0 && (sizes[d] !== full[d] || offsets[d] !== 0)) return undefined;
+    count *= sizes[d]!;
+  }
+  return { run, stride: k > 0 ? strides[k - 1]! : run, count, base };
+}
+
+/**
+ * The gather of {@link gathered} with each chunk's share of a group read from its file straight
+ * into its place in the group's block (one read per chunk and group, the CRC-32 folded as the
+ * bytes arrive): no copy between the page cache and the block, none on the main thread. The next
+ * group is read while the consumer writes this one; with `reuse`, three blocks take turns (a
+ * block is filled again only once the consumer has asked for a chunk of a later one).
+ */
+async function* readInPlace(
+  groups: Generator<Group>,
+  placed: Map<OpenedChunk, PlacedPiece>,
+  k: number,
+  inner: readonly number[],
+  slab: number,
+  es: number,
+  chunkSize: number,
+  reuse: boolean,
+): AsyncGenerator<Uint8Array> {
+  for (const piece of placed.values()) piece.crc = piece.crc32 === undefined ? 0 : await piece.crc32.initial();
+  const blocks = reuse ? [new Uint8Array(0), new Uint8Array(0), new Uint8Array(0)] : undefined;
+  let turn = 0;
+  const blockOf = (length: number): Uint8Array => {
+    if (blocks === undefined) return new Uint8Array(length);
+    turn = (turn + 1) % blocks.length;
+    if (blocks[turn]!.byteLength < length) blocks[turn] = new Uint8Array(length);
+    return blocks[turn]!.subarray(0, length);
+  };
+  const fill = async ({ count, meeting }: Group): Promise<Uint8Array> => {
+    const block = blockOf(count * slab);
+    const full = [count, ...inner];
+    await Promise.all(
+      meeting.map(async (p) => {
+        const piece = placed.get(p)!;
+        const sizes = [count, ...p.chunk.sizes.slice(k + 1)];
+        const offsets = [0, ...p.chunk.offsets.slice(k + 1)];
+        const layout = runLayout(sizes, offsets, full, es);
+        if (layout === undefined) {
+          // Runs not evenly spaced: the share read whole, placed run by run.
+          const share = new Uint8Array(sizes.reduce((n, d) => n * d, es));
+          piece.crc = await piece.read(piece.offset + piece.consumed, share, 0, share.byteLength, share.byteLength, 1, piece.crc);
+          scatter(share, block, sizes, offsets, full, es);
+          piece.consumed += share.byteLength;
+        } else {
+          const { run, stride, count: runs, base } = layout;
+          piece.crc = await piece.read(piece.offset + piece.consumed, block, base, run, stride, runs, piece.crc);
+          piece.consumed += run * runs;
+        }
+        if (piece.consumed === piece.byteLength) await piece.crc32?.finish(piece.crc);
+      }),
+    );
+    return block;
+  };
+  let group = groups.next();
+  let filling = group.done === true ? undefined : fill(group.value);
+  try {
+    while (filling !== undefined) {
+      const block = await filling;
+      group = groups.next();
+      filling = group.done === true ? undefined : fill(group.value);
+      // Marked handled now: a failing read is reported when awaited, not as an unhandled rejection.
+      filling?.catch(() => {});
+      for (let at = 0; at < block.byteLength; at += chunkSize) yield block.subarray(at, Math.min(at + chunkSize, block.byteLength));
+    }
+  } finally {
+    await filling?.catch(() => {});
   }
 }
 
