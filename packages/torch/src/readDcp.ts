@@ -35,9 +35,11 @@ import { describeValue, type PickleValue } from "./Unpickler.js";
 /**
  * Output rows gathered at a time where chunks split a tensor across its columns: each group is
  * filled from every chunk's rows and handed on, so memory stays at about this size plus one read
- * chunk per piece, whatever the tensor's size (a row larger than this is gathered in parts).
+ * chunk per piece, whatever the tensor's size (a row larger than this is gathered in parts). 1 MiB,
+ * not 8: three blocks and the shares read into them then stay in the CPU's cache (1 GiB split by
+ * columns over 4 ranks: 0.68–0.92 s against 0.76–1.30 s with 8 MiB, 5 runs each, a shared machine).
  */
-export const DCP_ROW_GROUP_SIZE = 8 * 1024 * 1024;
+export const DCP_ROW_GROUP_SIZE = 1024 * 1024;
 
 /** Options of {@link readDcp}. */
 export interface DcpReadOptions extends Pick<TorchReadOptions, "maxMemoEntries" | "maxStackSize" | "maxNestingDepth" | "maxObjects" | "codec"> {
@@ -311,7 +313,8 @@ async function consolidated(
   const opened: OpenedChunk[] = [];
   for (const chunk of item.chunks) {
     const window = await record(chunk.storage, name);
-    const { file } = await readTorchZipValue(window, readOptions);
+    // Named after the tensor, so that what its record throws later (a CRC-32 that fails) names it.
+    const { file } = await readTorchZipValue(window, { ...readOptions, rootName: name });
     const tensor = file.tensors[0];
     const at = `the chunk at [${chunk.offsets.join(", ")}]`;
     if (file.tensors.length !== 1 || tensor === undefined)
@@ -386,11 +389,25 @@ class ChunkCursor {
   /** Where bytes that span two read chunks are joined: kept and reused (fresh memory costs the kernel a page-zeroing pass). */
   #joined: Uint8Array = new Uint8Array(0);
 
+  /** Bytes taken so far. */
+  #taken = 0;
+
   /**
    * The next `length` bytes of the chunk, in one array, valid until the next call: the caller
-   * copies them out at once (so the chunks are asked for with `reuse`).
+   * copies them out at once (so the chunks are asked for with `reuse`). The last bytes come only
+   * once the record's check of them passed (its CRC-32, which the record's stream takes at its end).
    */
   async take(length: number): Promise<Uint8Array> {
+    const out = await this.#bytes(length);
+    this.#taken += length;
+    if (this.#taken === this.piece.tensor.byteLength) {
+      const end = this.#pending.byteLength > 0 ? { done: false } : await this.#iterator?.next();
+      if (end !== undefined && end.done !== true) throw new StConvertError("ByteLengthMismatch", "a chunk's record gave more bytes than its shape needs");
+    }
+    return out;
+  }
+
+  async #bytes(length: number): Promise<Uint8Array> {
     // A share is read as one chunk of its own size: the next chunk is it, with no join.
     if (this.#pending.byteLength === 0 && length > 0) this.#pending = await this.#next();
     if (this.#pending.byteLength >= length) {

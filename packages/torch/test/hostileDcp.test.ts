@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { readTensorBytes } from "@st-convert/core";
+import { kernels, readTensorBytes } from "@st-convert/core";
 import { recordHostileFolders } from "@st-convert/testing";
 import { type TensorSpec, closeOpened, dcpFolder, iota, openDcp, tensorRecord } from "./dcpBuild.js";
 
@@ -167,6 +167,33 @@ describe("hostile folders", () => {
     expect(code).toBe("UnsupportedGlobal");
     expect(message).toMatch(/os\.system/);
     expect(existsSync(marker)).toBe(false);
+  });
+
+  it("a chunk of a tensor split by columns whose bytes do not match their CRC-32: BadCrc, read in place or through its record", async () => {
+    const data = iota(8 * 4);
+    const record = tensorRecord([8, 4], data);
+    // The record's data, one byte changed after its CRC-32 was taken.
+    const at = Buffer.from(record).indexOf(Buffer.from(data));
+    record[at + 37]! ^= 0x40;
+    const split: TensorSpec = {
+      name: "w",
+      size: [8, 8],
+      chunks: [
+        { offsets: [0, 0], sizes: [8, 4] },
+        { offsets: [0, 4], sizes: [8, 4], record, file: "__1_0.distcp" },
+      ],
+    };
+    const { readRuns } = kernels;
+    try {
+      for (const inPlace of readRuns === undefined ? [false] : [true, false]) {
+        if (!inPlace) delete kernels.readRuns;
+        const { code, message } = await refusal([split]);
+        expect(code, message).toBe("BadCrc");
+        expect(message).toMatch(/tensor "w"/);
+      }
+    } finally {
+      kernels.readRuns = readRuns;
+    }
   });
 
   it("a hostile tensor left out by the selection is not judged", async () => {
