@@ -166,6 +166,11 @@ export interface ReadRangeOptions {
    * fresh memory that stays valid.
    */
   reuse?: boolean;
+  /**
+   * With `reuse`, the ring's buffers are SharedArrayBuffers (where the runtime has them), which a
+   * worker thread reads without a copy (the CRC thread of a stored zip member). Default false.
+   */
+  shared?: boolean;
 }
 
 /**
@@ -178,7 +183,11 @@ export async function* readRange(source: ByteSource, offset: number, length: num
   checkRange(source, offset, length);
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
   const end = offset + length;
-  const ring = options.reuse === true && source.readInto !== undefined && length > chunkSize ? [0, 1, 2].map(() => new Uint8Array(chunkSize)) : undefined;
+  const shared = options.shared === true && typeof SharedArrayBuffer !== "undefined";
+  const ring =
+    options.reuse === true && source.readInto !== undefined && length > chunkSize
+      ? [0, 1, 2].map(() => new Uint8Array(shared ? new SharedArrayBuffer(chunkSize) : new ArrayBuffer(chunkSize)))
+      : undefined;
   let index = 0;
   const read = async (at: number): Promise<Uint8Array> => {
     const size = Math.min(chunkSize, end - at);

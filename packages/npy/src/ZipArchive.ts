@@ -603,7 +603,7 @@ function storedPayload(source: ByteSource, member: ZipMember, codec: Codec): Pay
       let crc = await crcOf(0, offset, 0);
       if (offset === 0 && length === member.size && length >= THREAD_CRC_FROM) {
         // A long member read whole: checked on the CRC thread while the consumer writes each chunk.
-        crc = yield* withCrc32(codec, length, readRange(source, member.dataOffset, length, options));
+        crc = yield* withCrc32(codec, length, (shared) => readRange(source, member.dataOffset, length, { ...options, shared }));
         if (crc !== member.crc32) throw crcError(member, crc);
         return;
       }

@@ -59,13 +59,19 @@ function localStream(codec: Codec): Crc32Stream {
 }
 
 /**
- * Yields `chunks` unchanged, each folded into a CRC-32 while the consumer works on it (on the CRC
- * thread for about `expectedBytes` past {@link THREAD_CRC_FROM}), and returns the CRC. A chunk is
- * done with before the one after next is asked for, so a reading ring may reuse its buffers.
+ * Yields the chunks of `chunks(shared)` unchanged, each folded into a CRC-32 while the consumer
+ * works on it (on the CRC thread for about `expectedBytes` past {@link THREAD_CRC_FROM}), and
+ * returns the CRC. A chunk is done with before the one after next is asked for, so a reading ring
+ * may reuse its buffers; `shared` is true when the thread folds them, which then reads chunks in
+ * SharedArrayBuffers (`ReadRangeOptions.shared`) where they lie instead of copying them.
  */
-export async function* withCrc32(codec: Codec, expectedBytes: number, chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array, number> {
+export async function* withCrc32(
+  codec: Codec,
+  expectedBytes: number,
+  chunks: (shared: boolean) => AsyncIterable<Uint8Array>,
+): AsyncGenerator<Uint8Array, number> {
   const stream = crc32Stream(codec, expectedBytes);
-  for await (const chunk of chunks) {
+  for await (const chunk of chunks(stream.onThread)) {
     const checking = stream.update(chunk);
     // Marked handled now: a failure is reported by the await below.
     checking.catch(() => {});
@@ -102,11 +108,11 @@ const WORKER_SOURCE = `
 const { parentPort } = process.getBuiltinModule("node:worker_threads");
 const { crc32 } = process.getBuiltinModule("node:zlib");
 const crcs = new Map();
-parentPort.on("message", ({ id, buffer, length, drop }) => {
+parentPort.on("message", ({ id, buffer, offset, length, drop }) => {
   if (drop) { crcs.delete(id); return; }
   let crc = crcs.get(id) ?? 0;
   try {
-    if (length > 0) crc = crc32(new Uint8Array(buffer, 0, length), crc);
+    if (length > 0) crc = crc32(new Uint8Array(buffer, offset, length), crc);
     crcs.set(id, crc);
     parentPort.postMessage({ id, crc });
   } catch (error) {
@@ -169,8 +175,8 @@ class CrcThread {
     worker.on("exit", (code) => fail(new Error(`the CRC thread exited (status ${code})`)));
   }
 
-  /** Sends `length` bytes of `buffer` to be folded into stream `id`; resolves to the CRC so far. */
-  send(id: number, buffer: SharedArrayBuffer, length: number): Promise<number> {
+  /** Sends `length` bytes of `buffer` from `offset` to be folded into stream `id`; resolves to the CRC so far. */
+  send(id: number, buffer: SharedArrayBuffer, offset: number, length: number): Promise<number> {
     if (this.#failure !== undefined) return Promise.reject(this.#failure);
     return new Promise((resolve, reject) => {
       let waiters = this.#waiting.get(id);
@@ -178,7 +184,7 @@ class CrcThread {
       waiters.push({ resolve, reject });
       // Held open only while a reply is due: an abandoned stream cannot keep the process alive.
       if (this.#pending++ === 0) this.#worker.ref();
-      this.#worker.postMessage({ id, buffer, length });
+      this.#worker.postMessage({ id, buffer, offset, length });
     });
   }
 
@@ -206,10 +212,18 @@ class CrcThread {
         if (done) throw new Error("update of a digested CRC stream");
         if (chunk.byteLength === 0) return;
         while (inFlight.length >= SLOTS) await settleOldest();
+        if (chunk.buffer instanceof SharedArrayBuffer) {
+          // Memory the thread reads as it is (a shared read ring): no copy, the chunk held until folded.
+          const reply = this.send(id, chunk.buffer, chunk.byteOffset, chunk.byteLength);
+          reply.catch(() => {});
+          inFlight.push(reply);
+          await reply;
+          return;
+        }
         let buffer = free.pop();
         if (buffer === undefined || buffer.byteLength < chunk.byteLength) buffer = new SharedArrayBuffer(chunk.byteLength);
         new Uint8Array(buffer, 0, chunk.byteLength).set(chunk);
-        const reply = this.send(id, buffer, chunk.byteLength);
+        const reply = this.send(id, buffer, 0, chunk.byteLength);
         // Marked handled now: a failure is reported by the update or digest that awaits it.
         reply.catch(() => {});
         const slot = buffer;

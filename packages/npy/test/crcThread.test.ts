@@ -21,10 +21,12 @@ function bytes(length: number, seed: number): Uint8Array {
 }
 
 /** Feeds `data` through a stream in chunks of the sizes given (cycled), overwriting each chunk's buffer once its update settled. */
-async function streamed(data: Uint8Array, sizes: number[], expected = data.byteLength): Promise<number> {
+async function streamed(data: Uint8Array, sizes: number[], expected = data.byteLength, shared = false): Promise<number> {
   const stream = crc32Stream(await loadCodec(), expected);
   expect(stream.onThread).toBe(expected >= THREAD_CRC_FROM);
-  const buffer = new Uint8Array(Math.max(...sizes));
+  const size = Math.max(...sizes);
+  // Shared: a chunk the thread folds where it lies (5 bytes into its buffer), not a copy of it.
+  const buffer = shared ? new Uint8Array(new SharedArrayBuffer(size + 5), 5, size) : new Uint8Array(size);
   for (let at = 0, k = 0; at < data.byteLength; k++) {
     const n = Math.min(sizes[k % sizes.length]!, data.byteLength - at);
     const chunk = buffer.subarray(0, n);
@@ -42,6 +44,13 @@ describe("CRC-32 streams", () => {
     const whole = crc32(data);
     expect(await streamed(data, [2 * 1024 * 1024])).toBe(whole);
     expect(await streamed(data, [1, 4 * 1024 * 1024 + 3, 0, 65_536, 3_000_001])).toBe(whole);
+  });
+
+  it("chunks in shared memory are folded where they lie, each held until its update settled", async () => {
+    const data = bytes(THREAD_CRC_FROM + 3 * 1024 * 1024 + 5, 11);
+    const whole = crc32(data);
+    expect(await streamed(data, [2 * 1024 * 1024], data.byteLength, true)).toBe(whole);
+    expect(await streamed(data, [1, 4 * 1024 * 1024 + 3, 0, 65_536, 3_000_001], data.byteLength, true)).toBe(whole);
   });
 
   it("streams at once keep their own CRCs, on the thread and off it", async () => {

@@ -319,7 +319,7 @@ function storedStorage(source: ByteSource, member: ZipMember, codec: Codec): Sto
       if (!checked && offset === 0 && length === member.size) {
         // The check of a chunk runs while the consumer writes it (on the CRC thread for a long
         // member, else once the write waits in the I/O threads), not after.
-        const crc = yield* withCrc32(codec, length, readRange(source, member.dataOffset, length, options));
+        const crc = yield* withCrc32(codec, length, (shared) => readRange(source, member.dataOffset, length, { ...options, shared }));
         if (crc !== member.crc32) throw crcError(member, crc);
         checked = true;
         return;
