@@ -5,7 +5,8 @@
  * a member past {@link THREAD_CRC_FROM} bytes is checked by one worker thread (started on first
  * use, shared by every stream, holding the process open only while it has work): each chunk is
  * copied into one of a few shared buffers (a memcpy, a tenth of the CRC's time) and folded in
- * there while the main thread goes on. Elsewhere (browsers, short members) the CRC runs on the
+ * there while the main thread goes on; a chunk already in a SharedArrayBuffer (a shared read ring)
+ * is folded where it lies, its update settling once it is. Elsewhere (browsers, short members) the CRC runs on the
  * main thread, after the I/O callbacks waiting at that moment have had their turn.
  */
 import { kernels } from "@st-convert/core";
