@@ -628,7 +628,8 @@ async function* readInPlace(
   const fill = async ({ count, meeting }: Group): Promise<Uint8Array> => {
     const block = blockOf(count * slab);
     const full = [count, ...inner];
-    await Promise.all(
+    // Every read settled before a failure is reported: none goes on writing into a block given up.
+    const reads = await Promise.allSettled(
       meeting.map(async (p) => {
         const piece = placed.get(p)!;
         const sizes = [count, ...p.chunk.sizes.slice(k + 1)];
@@ -648,6 +649,7 @@ async function* readInPlace(
         if (piece.consumed === piece.byteLength) await piece.crc32?.finish(piece.crc);
       }),
     );
+    for (const read of reads) if (read.status === "rejected") throw read.reason;
     return block;
   };
   let group = groups.next();
