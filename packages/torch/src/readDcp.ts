@@ -501,8 +501,14 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
     yield* readInPlace(groups, inPlace, k, inner, slab, es, chunkSize, options.reuse === true);
     return;
   }
-  // Each chunk is read in pieces of one group's share, so that a group's share is mostly one read chunk (no join).
-  const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, Math.max(1, perGroup * slabOf(p)))]));
+  // Each chunk is read in pieces of whole group shares (so that a share is mostly within one read
+  // chunk: no join), as many as DEFAULT_CHUNK_SIZE holds: a share of a small group is a fraction
+  // of a read, and reads (and their trips to the thread pool and the CRC thread) stay few.
+  const readSize = (p: OpenedChunk): number => {
+    const share = Math.max(1, perGroup * slabOf(p));
+    return share * Math.max(1, Math.floor(DEFAULT_CHUNK_SIZE / share));
+  };
+  const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, readSize(p))]));
   // With `reuse`, two blocks take turns: a block is filled again only once the consumer has asked
   // for a chunk of the other one, so it is done with this one's chunks but perhaps the last.
   const reused = options.reuse === true ? [new Uint8Array(0), new Uint8Array(0)] : undefined;
