@@ -62,8 +62,8 @@ function localStream(codec: Codec): Crc32Stream {
 /**
  * Yields the chunks of `chunks(shared)` unchanged, each folded into a CRC-32 while the consumer
  * works on it (on the CRC thread for about `expectedBytes` past {@link THREAD_CRC_FROM}), and
- * returns the CRC. A chunk is done with before the one after next is asked for, so a reading ring
- * may reuse its buffers; `shared` is true when the thread folds them, which then reads chunks in
+ * returns the CRC. A chunk is done with before the one after next is asked for from `chunks`, so
+ * a reading ring of three may reuse its buffers; `shared` is true when the thread folds them, which then reads chunks in
  * SharedArrayBuffers (`ReadRangeOptions.shared`) where they lie instead of copying them.
  */
 export async function* withCrc32(
@@ -72,13 +72,19 @@ export async function* withCrc32(
   chunks: (shared: boolean) => AsyncIterable<Uint8Array>,
 ): AsyncGenerator<Uint8Array, number> {
   const stream = crc32Stream(codec, expectedBytes);
+  // A chunk's fold is awaited before the chunk after next is asked for, not the next one: a ring of
+  // three reuses a chunk's buffer only then, and the fold's trip to the thread and back no longer
+  // stands between one write and the next.
+  let previous: Promise<void> | undefined;
   for await (const chunk of chunks(stream.onThread)) {
     const checking = stream.update(chunk);
     // Marked handled now: a failure is reported by the await below.
     checking.catch(() => {});
     yield chunk;
-    await checking;
+    await previous;
+    previous = checking;
   }
+  await previous;
   return stream.digest();
 }
 
@@ -204,40 +210,50 @@ class CrcThread {
     const inFlight: Promise<number>[] = [];
     let crc = 0;
     let done = false;
+    let order: Promise<void> = Promise.resolve();
     const settleOldest = async () => {
       crc = await inFlight.shift()!;
     };
     return {
       onThread: true,
-      update: async (chunk) => {
-        if (done) throw new Error("update of a digested CRC stream");
-        if (chunk.byteLength === 0) return;
-        while (inFlight.length >= SLOTS) await settleOldest();
-        if (chunk.buffer instanceof SharedArrayBuffer) {
-          // Memory the thread reads as it is (a shared read ring): no copy, the chunk held until folded.
-          const reply = this.send(id, chunk.buffer, chunk.byteOffset, chunk.byteLength);
+      update: (chunk) => {
+        if (done) return Promise.reject(new Error("update of a digested CRC stream"));
+        if (chunk.byteLength === 0) return Promise.resolve();
+        // Updates may overlap (withCrc32 does not wait for one before the next): each is sent in
+        // its turn, after the one before it, so that the thread folds the chunks in order.
+        let folded: Promise<number> | undefined;
+        const sent = order.then(async () => {
+          if (chunk.buffer instanceof SharedArrayBuffer) {
+            // Memory the thread reads as it is (a shared read ring): no copy, the chunk held until folded.
+            folded = this.send(id, chunk.buffer, chunk.byteOffset, chunk.byteLength);
+            folded.catch(() => {});
+            inFlight.push(folded);
+            return;
+          }
+          while (inFlight.length >= SLOTS) await settleOldest();
+          let buffer = free.pop();
+          if (buffer === undefined || buffer.byteLength < chunk.byteLength) buffer = new SharedArrayBuffer(chunk.byteLength);
+          new Uint8Array(buffer, 0, chunk.byteLength).set(chunk);
+          const reply = this.send(id, buffer, 0, chunk.byteLength);
+          // Marked handled now: a failure is reported by the update or digest that awaits it.
           reply.catch(() => {});
-          inFlight.push(reply);
-          await reply;
-          return;
-        }
-        let buffer = free.pop();
-        if (buffer === undefined || buffer.byteLength < chunk.byteLength) buffer = new SharedArrayBuffer(chunk.byteLength);
-        new Uint8Array(buffer, 0, chunk.byteLength).set(chunk);
-        const reply = this.send(id, buffer, 0, chunk.byteLength);
-        // Marked handled now: a failure is reported by the update or digest that awaits it.
-        reply.catch(() => {});
-        const slot = buffer;
-        const settled = reply.then((value) => {
-          free.push(slot);
-          return value;
+          const slot = buffer;
+          const settled = reply.then((value) => {
+            free.push(slot);
+            return value;
+          });
+          settled.catch(() => {});
+          inFlight.push(settled);
         });
-        settled.catch(() => {});
-        inFlight.push(settled);
+        order = sent.catch(() => {});
+        return sent.then(async () => {
+          if (folded !== undefined) await folded;
+        });
       },
       digest: async () => {
         done = true;
         try {
+          await order;
           while (inFlight.length > 0) await settleOldest();
           return crc;
         } finally {

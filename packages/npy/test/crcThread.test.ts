@@ -53,6 +53,23 @@ describe("CRC-32 streams", () => {
     expect(await streamed(data, [1, 4 * 1024 * 1024 + 3, 0, 65_536, 3_000_001], data.byteLength, true)).toBe(whole);
   });
 
+  it("updates that overlap (none awaited before the next) are folded in order, shared or copied", async () => {
+    const data = bytes(THREAD_CRC_FROM + 5 * 1024 * 1024 + 3, 13);
+    for (const shared of [false, true]) {
+      const stream = crc32Stream(await loadCodec(), data.byteLength);
+      const updates: Promise<void>[] = [];
+      for (let at = 0, k = 0; at < data.byteLength; k++) {
+        const n = Math.min([1 << 20, 3, 2 << 20, 65_536][k % 4]!, data.byteLength - at);
+        const chunk = shared ? new Uint8Array(new SharedArrayBuffer(n)) : new Uint8Array(n);
+        chunk.set(data.subarray(at, at + n));
+        updates.push(stream.update(chunk));
+        at += n;
+      }
+      await Promise.all(updates);
+      expect(await stream.digest(), shared ? "shared" : "copied").toBe(crc32(data));
+    }
+  });
+
   it("streams at once keep their own CRCs, on the thread and off it", async () => {
     const a = bytes(THREAD_CRC_FROM + 1000, 1);
     const b = bytes(THREAD_CRC_FROM + 2000, 2);
