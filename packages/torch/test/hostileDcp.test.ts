@@ -25,6 +25,22 @@ const W: TensorSpec = {
   ],
 };
 
+/** A tensor split by columns whose second chunk's bytes were changed after its record's CRC-32 was taken. */
+const CORRUPT_COLUMNS: TensorSpec = (() => {
+  const data = iota(8 * 4);
+  const record = tensorRecord([8, 4], data);
+  const at = Buffer.from(record).indexOf(Buffer.from(data));
+  record[at + 37]! ^= 0x40;
+  return {
+    name: "w",
+    size: [8, 8],
+    chunks: [
+      { offsets: [0, 0], sizes: [8, 4] },
+      { offsets: [0, 4], sizes: [8, 4], record, file: "__1_0.distcp" },
+    ],
+  };
+})();
+
 let folders = 0;
 async function refusal(tensors: TensorSpec[], options: Parameters<typeof dcpFolder>[2] = {}): Promise<{ code: string | undefined; message: string }> {
   const dir = dcpFolder(join(work, `case${folders++}`), tensors, options);
@@ -108,6 +124,7 @@ describe("hostile folders", () => {
       "ValidationOverflow",
       /past 2\^53 - 1/,
     ],
+    ["a chunk whose bytes do not match their CRC-32 (split by columns)", [CORRUPT_COLUMNS], "BadCrc", /Bad CRC-32 for member/],
     ["a size past 2^53", [{ name: "huge", size: [2n ** 60n], chunks: [{ offsets: [0], sizes: [1] }] }], "ValidationOverflow", /past 2\^53 - 1/],
     [
       "a compressed chunk",
@@ -170,24 +187,11 @@ describe("hostile folders", () => {
   });
 
   it("a chunk of a tensor split by columns whose bytes do not match their CRC-32: BadCrc, read in place or through its record", async () => {
-    const data = iota(8 * 4);
-    const record = tensorRecord([8, 4], data);
-    // The record's data, one byte changed after its CRC-32 was taken.
-    const at = Buffer.from(record).indexOf(Buffer.from(data));
-    record[at + 37]! ^= 0x40;
-    const split: TensorSpec = {
-      name: "w",
-      size: [8, 8],
-      chunks: [
-        { offsets: [0, 0], sizes: [8, 4] },
-        { offsets: [0, 4], sizes: [8, 4], record, file: "__1_0.distcp" },
-      ],
-    };
     const { readRuns } = kernels;
     try {
       for (const inPlace of readRuns === undefined ? [false] : [true, false]) {
         if (!inPlace) delete kernels.readRuns;
-        const { code, message } = await refusal([split]);
+        const { code, message } = await refusal([CORRUPT_COLUMNS]);
         expect(code, message).toBe("BadCrc");
         expect(message).toMatch(/tensor "w"/);
       }
