@@ -57,7 +57,7 @@ function nativePackageEntry() {
 await build({
   // The batch's worker thread is an entry of its own, sharing the chunks (convertMany picks it when
   // it runs from the bundle).
-  input: { "st-convert": `${dist}cli.js`, "st-convert-worker": `${dist}batchWorker.js` },
+  input: { "st-convert": `${dist}cli.js`, "st-convert-worker": `${dist}batchWorker.js`, "st-convert-kernels": `${dist}kernelWorker.js` },
   platform: "node",
   // fflate is imported only where node:zlib is missing, never under Node: it stays the npy
   // package's dependency instead of being copied into this one.

@@ -318,6 +318,7 @@ export async function attemptJob(
         to: options.to,
         onProgress: (done, total) => hooks.progress(done, total),
         removeStale: false,
+        kernelThreads: 0,
         onWarning: (message, file) => hooks.warning(file, message),
       },
       outputAbsent,

@@ -56,6 +56,33 @@ export interface FormatContext {
    * read for a GGUF output keeps its quantized blocks instead of dequantizing them).
    */
   readonly writing?: string;
+  /**
+   * Threads the format's {@link TensorFormat.kernels} may run on (the CLI's worker threads, for a
+   * single conversion); absent on the page and in a batch's own threads, where a format runs its
+   * kernels itself, on the thread it was called on.
+   */
+  readonly kernelPool?: KernelPool;
+}
+
+/** A format's pure functions that a {@link KernelPool} runs on other threads, by name (GGUF's quantization). */
+export type FormatKernels = Readonly<Record<string, (...args: never[]) => unknown>>;
+
+/**
+ * Runs formats' kernels ({@link TensorFormat.kernels}) on other threads, for as long as the host
+ * keeps it open. Arguments and results cross threads as structured clones, and the buffers named
+ * to move go there and come back without a copy.
+ */
+export interface KernelPool {
+  /** Threads that run kernels at once. */
+  readonly threads: number;
+  /**
+   * Runs kernel `kernel` of the format called `format` with `args` on the next free thread; the
+   * buffers in `transfer` move there (the caller's views of them become empty). Resolves to the
+   * kernel's result, with the buffers of the typed arrays it holds (it or its items, when it is an
+   * array) moved back, so a kernel that returns its arguments hands their memory back.
+   * @throws what the kernel throws (as an Error with its message), and an Error when the thread stops.
+   */
+  run(format: string, kernel: string, args: readonly unknown[], transfer: readonly ArrayBuffer[]): Promise<unknown>;
 }
 
 /** How a file stores a tensor, where that differs from its dtype (for `info`). */
@@ -136,6 +163,11 @@ export interface TensorFormat {
    * batch converts the set once, through its first file, and leaves the later ones out.
    */
   firstOfSet?(fileName: string): string | undefined;
+  /**
+   * The format's kernels that a {@link KernelPool} may run on other threads, loaded on first use.
+   * Optional; a format that has them uses them through `FormatContext.kernelPool` when given one.
+   */
+  kernels?(): Promise<FormatKernels>;
   /** Reads the file's header and lists its tensors; their bytes are read later, on demand. */
   open(source: ByteSource, context: FormatContext): Promise<TensorSource>;
   /** Writes tensors to the sink. The caller closes or aborts the sink. */

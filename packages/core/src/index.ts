@@ -96,8 +96,10 @@ export {
 } from "./safetensorsIndex.js";
 export {
   type FormatContext,
+  type FormatKernels,
   type FormatOption,
   type FormatOptionValues,
+  type KernelPool,
   type SplitFile,
   type StoredForm,
   type TensorFormat,

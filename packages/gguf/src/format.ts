@@ -9,6 +9,7 @@ import type { GgufTensor } from "./readGguf.js";
 /** Loaded on first use, then kept. */
 const readerModule = lazyModule(() => import("./readGguf.js"));
 const writerModule = lazyModule(() => import("./writeGguf.js"));
+const kernelModule = lazyModule(() => import("./quantize.js"));
 
 /** Arrays longer than this are shown by `info` as their type and length. */
 const SHOWN_ITEMS = 16;
@@ -75,6 +76,10 @@ export const ggufFormat: TensorFormat = {
     const { ggmlType, storedBytes } = entry as Partial<Pick<GgufTensor, "ggmlType" | "storedBytes">>;
     return ggmlType === undefined || storedBytes === undefined ? undefined : { type: ggmlType, bytes: storedBytes };
   },
+  // Quantization, on a kernel pool's threads (writeGguf runs it there when given one).
+  async kernels() {
+    return (await kernelModule()).GGUF_KERNELS;
+  },
   // The reader and writer load on first use: a command that touches no GGUF file does not pay for them.
   async open(source, context) {
     const { readGguf } = await readerModule();
@@ -90,11 +95,15 @@ export const ggufFormat: TensorFormat = {
     defaultName: "model.gguf",
     async plan(tensors, maxShardSize, weightsName, context) {
       const { planSplitSet } = await writerModule();
-      return planSplitSet(tensors, maxShardSize, weightsName, { quantize: stringListOption(context.options, "quantize"), onWarning: context.onWarning });
+      return planSplitSet(tensors, maxShardSize, weightsName, {
+        quantize: stringListOption(context.options, "quantize"),
+        onWarning: context.onWarning,
+        kernelPool: context.kernelPool,
+      });
     },
   },
   async write(tensors, sink, context) {
     const { writeGguf } = await writerModule();
-    await writeGguf(tensors, sink, { quantize: stringListOption(context.options, "quantize"), onWarning: context.onWarning });
+    await writeGguf(tensors, sink, { quantize: stringListOption(context.options, "quantize"), onWarning: context.onWarning, kernelPool: context.kernelPool });
   },
 };

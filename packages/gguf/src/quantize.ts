@@ -5,7 +5,7 @@
  * to F32 first, exactly, as llama.cpp does. A tensor a `NAME_REGEX:TYPE` rule names that cannot be
  * quantized is an error; under a bare `TYPE` the others keep their dtype, and a warning says which.
  */
-import { type CastKernel, type Dtype, StConvertError, type TensorEntry, castKernel, exactChunks, quoteName } from "@st-convert/core";
+import { type Dtype, type FormatKernels, type KernelPool, StConvertError, type TensorEntry, castKernel, exactChunks, quoteName } from "@st-convert/core";
 import { ggmlTypeInfo, quantizeRows } from "./quants/index.js";
 
 /** The block types `--quantize` makes. */
@@ -106,42 +106,136 @@ export function planQuantization(
   return plans;
 }
 
-/** Elements quantized per call: rows are gathered up to about this many. */
-const BATCH_ELEMENTS = 256 * 1024;
+/**
+ * Values quantized per kernel call (4 MiB of F32): a multiple of every block size (32, 256), large
+ * enough that a call's cost and a message to a thread vanish, small enough that the batches in
+ * flight stay a few tens of MB.
+ */
+const BATCH_ELEMENTS = 1024 * 1024;
 
-/** The blocks of `entry` quantized as `plan` says, a batch of whole rows at a time. */
-export async function* quantizedChunks(entry: TensorEntry, plan: QuantizePlan): AsyncGenerator<Uint8Array> {
-  const info = ggmlTypeInfo(plan.type)!;
-  const row = entry.shape[entry.shape.length - 1]!;
-  const width = entry.dtype === "F32" ? 4 : 2;
-  const rowsPerBatch = Math.max(1, Math.floor(BATCH_ELEMENTS / Math.max(1, row)));
-  const batchElements = rowsPerBatch * row;
-  const staged = new Uint8Array(batchElements * width);
-  const values = new Float32Array(batchElements);
-  const widen: CastKernel | undefined = entry.dtype === "F32" ? undefined : castKernel(entry.dtype, "F32");
-  let filled = 0;
-  const flush = (): Uint8Array => {
-    const n = filled / width;
-    const floats = values.subarray(0, n);
-    if (widen === undefined) new Uint8Array(floats.buffer, 0, filled).set(staged.subarray(0, filled));
-    else widen(staged, new Uint8Array(floats.buffer, 0, n * 4), n);
-    const out = new Uint8Array((n / info.blockSize) * info.typeSize);
-    try {
-      quantizeRows(plan.type, floats, out);
-    } catch (error) {
-      throw new StConvertError("Unsupported", `quantizing to ${plan.typeName}: ${(error as Error).message}`, { tensor: entry.name });
+/**
+ * Tensors from this many values have their batches quantized on a kernel pool's threads, when the
+ * writer is given one: below it, starting the threads (about 40 ms) costs more than it saves.
+ */
+const POOL_FROM = 4 * BATCH_ELEMENTS;
+
+/** Widened F16/BF16 values, reused by every call on this thread. */
+let widened = new Float32Array(0);
+
+/**
+ * Quantizes one batch: the raw little-endian F32, F16 or BF16 values `raw` (F16 and BF16 widened to
+ * F32 first, exactly) into the blocks `out`. Returns both, so that a thread that ran it hands their
+ * memory back. The writer's kernel, run here or on a kernel pool's thread.
+ * @throws RangeError as `quantizeRows`.
+ */
+export function quantizeBatch(type: number, dtype: Dtype, raw: Uint8Array, out: Uint8Array): [Uint8Array, Uint8Array] {
+  let values: Float32Array;
+  if (dtype === "F32") {
+    values = new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4);
+  } else {
+    const n = raw.byteLength / 2;
+    if (widened.length < n) widened = new Float32Array(n);
+    values = widened.subarray(0, n);
+    castKernel(dtype, "F32")(raw, new Uint8Array(values.buffer, 0, n * 4), n);
+  }
+  quantizeRows(type, values, out);
+  return [raw, out];
+}
+
+/** What a kernel pool runs of this package, by name (`ggufFormat.kernels`). */
+export const GGUF_KERNELS: FormatKernels = { quantize: quantizeBatch };
+
+/**
+ * The raw values of `entry` in batches of `batchBytes` (the last may be shorter), each read into a
+ * buffer of `buffers` (taken from its end; new ones when it is empty), which the caller gives back
+ * when done with a batch. Read straight from the file where the tensor lies as it is and the source
+ * reads into a buffer (no copy: the read runs on Node's thread pool); else gathered from its chunks.
+ */
+async function* rawBatches(entry: TensorEntry, batchBytes: number, buffers: Uint8Array[]): AsyncGenerator<Uint8Array> {
+  const take = (n: number) => (buffers.pop() ?? new Uint8Array(batchBytes)).subarray(0, n);
+  const extent = entry.extent?.();
+  if (extent !== undefined && extent.check === undefined && extent.source.readInto !== undefined) {
+    for (let at = 0; at < entry.byteLength; ) {
+      const batch = take(Math.min(batchBytes, entry.byteLength - at));
+      await extent.source.readInto(extent.offset + at, batch);
+      at += batch.byteLength;
+      extent.copied?.(at);
+      yield batch;
     }
-    filled = 0;
-    return out;
-  };
-  for await (const chunk of exactChunks(entry)) {
+    return;
+  }
+  let batch = take(Math.min(batchBytes, entry.byteLength));
+  let filled = 0;
+  let left = entry.byteLength;
+  for await (const chunk of exactChunks(entry, { chunkSize: batchBytes, reuse: true })) {
     for (let at = 0; at < chunk.byteLength; ) {
-      const take = Math.min(chunk.byteLength - at, staged.byteLength - filled);
-      staged.set(chunk.subarray(at, at + take), filled);
-      filled += take;
-      at += take;
-      if (filled === staged.byteLength) yield flush();
+      const n = Math.min(chunk.byteLength - at, batch.byteLength - filled);
+      batch.set(chunk.subarray(at, at + n), filled);
+      filled += n;
+      at += n;
+      if (filled === batch.byteLength) {
+        left -= filled;
+        yield batch;
+        filled = 0;
+        if (left > 0) batch = take(Math.min(batchBytes, left));
+      }
     }
   }
-  if (filled > 0) yield flush();
+}
+
+/**
+ * The blocks of `entry` quantized as `plan` says, a batch at a time. With a kernel pool (and a
+ * tensor worth it), up to two batches per thread are quantized at once while the next are read;
+ * the blocks still come out in order. Blocks never span rows, so a batch is any whole number of blocks.
+ * @throws StConvertError `Unsupported` when the kernel fails, and what the reader throws.
+ */
+export async function* quantizedChunks(entry: TensorEntry, plan: QuantizePlan, pool?: KernelPool): AsyncGenerator<Uint8Array> {
+  const info = ggmlTypeInfo(plan.type)!;
+  const width = entry.dtype === "F32" ? 4 : 2;
+  const elements = entry.byteLength / width;
+  const pooled = pool !== undefined && pool.threads > 1 && elements >= POOL_FROM ? pool : undefined;
+  const depth = pooled === undefined ? 1 : 2 * pooled.threads;
+  const inputs: Uint8Array[] = [];
+  const outputs: Uint8Array[] = [];
+  const outBytes = (BATCH_ELEMENTS / info.blockSize) * info.typeSize;
+  const failed = (error: unknown) => new StConvertError("Unsupported", `quantizing to ${plan.typeName}: ${(error as Error).message}`, { tensor: entry.name });
+  const quantize = (raw: Uint8Array): Promise<[Uint8Array, Uint8Array]> => {
+    const out = (outputs.pop() ?? new Uint8Array(outBytes)).subarray(0, (raw.byteLength / width / info.blockSize) * info.typeSize);
+    if (pooled === undefined) {
+      try {
+        return Promise.resolve(quantizeBatch(plan.type, entry.dtype, raw, out));
+      } catch (error) {
+        return Promise.reject(failed(error));
+      }
+    }
+    const running = pooled.run("gguf", "quantize", [plan.type, entry.dtype, raw, out], [raw.buffer as ArrayBuffer, out.buffer as ArrayBuffer]);
+    return (running as Promise<[Uint8Array, Uint8Array]>).catch((error: unknown) => {
+      throw failed(error);
+    });
+  };
+  const pending: Promise<[Uint8Array, Uint8Array]>[] = [];
+  const reading = rawBatches(entry, BATCH_ELEMENTS * width, inputs);
+  try {
+    for (let more = true; more || pending.length > 0; ) {
+      while (more && pending.length < depth) {
+        const next = await reading.next();
+        if (next.done === true) more = false;
+        else {
+          const running = quantize(next.value);
+          // Marked handled now: a failure is reported when its turn to be awaited comes.
+          running.catch(() => {});
+          pending.push(running);
+        }
+      }
+      if (pending.length === 0) break;
+      const [raw, out] = await pending.shift()!;
+      inputs.push(new Uint8Array(raw.buffer));
+      yield out;
+      // The writer has written it (a sink keeps no reference once its write settled).
+      outputs.push(new Uint8Array(out.buffer));
+    }
+  } finally {
+    await reading.return(undefined);
+    await Promise.allSettled(pending);
+  }
 }

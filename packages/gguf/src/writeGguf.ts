@@ -9,7 +9,7 @@
  * Spec: gguf-py 0.19.0 `gguf_writer.py` (`write_header_to_file`, `write_kv_data_to_file`,
  * `write_ti_data_to_file`, `write_tensors_to_file`, `_pack_val`), ggml's `src/gguf.cpp`.
  */
-import { type ByteSink, type Dtype, StConvertError, type TensorEntry, type TensorSource, WRITTEN, pipeTensor } from "@st-convert/core";
+import { type ByteSink, type Dtype, type KernelPool, StConvertError, type TensorEntry, type TensorSource, WRITTEN, pipeTensor } from "@st-convert/core";
 import { metadataToKvs, readRecord } from "./ggufMetadata.js";
 import { MAX_DIMS, MAX_NAME_BYTES, TYPE_OF_DTYPE, VALUE_TYPE_ID, VALUE_TYPE_SIZE, type ValueTypeName } from "./ggufTypes.js";
 import { type GgufKv, type GgufValue, pad } from "./parseGguf.js";
@@ -21,6 +21,8 @@ export interface GgufWriteOptions {
   /** `TYPE` or `NAME_REGEX:TYPE` rules, as `--quantize` gives them. */
   readonly quantize?: readonly string[];
   readonly onWarning?: (message: string) => void;
+  /** Threads to quantize large tensors on (the CLI's); without it, everything runs on the calling thread. */
+  readonly kernelPool?: KernelPool;
 }
 
 /** `general.architecture` when neither the metadata nor `--metadata` gives one, and the input was no GGUF. */
@@ -309,15 +311,15 @@ function padding(n: number): Uint8Array {
  * @throws StConvertError as {@link planGguf}, and what the reader or the sink throw, naming the tensor.
  */
 export async function writeGguf(source: TensorSource, sink: ByteSink, options: GgufWriteOptions = {}): Promise<void> {
-  await writePlan(planGguf(source, options), sink);
+  await writePlan(planGguf(source, options), sink, options.kernelPool);
 }
 
-/** Writes a planned file: its header, then each tensor's data padded to the alignment. */
-export async function writePlan(plan: GgufPlan, sink: ByteSink): Promise<void> {
+/** Writes a planned file: its header, then each tensor's data padded to the alignment (quantized on `pool`'s threads, when given). */
+export async function writePlan(plan: GgufPlan, sink: ByteSink, pool?: KernelPool): Promise<void> {
   await sink.write(serializeHeader(plan));
   for (const t of plan.tensors) {
     if (t.quantize !== undefined) {
-      for await (const chunk of quantizedChunks(t.entry, t.quantize)) {
+      for await (const chunk of quantizedChunks(t.entry, t.quantize, pool)) {
         const written = sink.write(chunk);
         if (written !== WRITTEN) await written;
       }
@@ -361,7 +363,11 @@ export function planSplitSet(
     groups[groups.length - 1]!.push(t);
     size += t.byteLength;
   }
-  const file = (name: string, part: GgufPlan) => ({ name, tensors: part.tensors.map((t) => t.entry), write: (sink: ByteSink) => writePlan(part, sink) });
+  const file = (name: string, part: GgufPlan) => ({
+    name,
+    tensors: part.tensors.map((t) => t.entry),
+    write: (sink: ByteSink) => writePlan(part, sink, options.kernelPool),
+  });
   if (groups.length === 1) return [file(weightsName, plan)];
   const n = groups.length;
   const total = plan.tensors.length;

@@ -30,6 +30,7 @@ import {
   dequantizeIQ4_XS,
 } from "./iQuants.js";
 import { dequantizeBF16, dequantizeF16, dequantizeF32 } from "./plain.js";
+import { quantizeQ8_0Simd } from "./simdQ8_0.js";
 import { dequantizeMXFP4, dequantizeNVFP4, dequantizeTQ1_0, dequantizeTQ2_0, quantizeMXFP4, quantizeTQ1_0, quantizeTQ2_0 } from "./smallFloats.js";
 
 export { GgmlType, type GgmlTypeInfo, ggmlTypeInfo };
@@ -66,12 +67,17 @@ const DEQUANTIZE = new Map<number, Dequantizer>([
   [GgmlType.NVFP4, dequantizeNVFP4],
 ]);
 
+/** Q8_0 by the WebAssembly SIMD kernel where it runs, else by the JavaScript one (the same bytes). */
+function quantizeQ8_0Fastest(src: Float32Array, dst: Uint8Array, blocks: number): void {
+  if (!quantizeQ8_0Simd(src, dst, blocks, quantizeQ8_0)) quantizeQ8_0(src, dst, blocks);
+}
+
 const QUANTIZE = new Map<number, Quantizer>([
   [GgmlType.Q4_0, quantizeQ4_0],
   [GgmlType.Q4_1, quantizeQ4_1],
   [GgmlType.Q5_0, quantizeQ5_0],
   [GgmlType.Q5_1, quantizeQ5_1],
-  [GgmlType.Q8_0, quantizeQ8_0],
+  [GgmlType.Q8_0, quantizeQ8_0Fastest],
   [GgmlType.Q2_K, quantizeQ2_K],
   [GgmlType.Q3_K, quantizeQ3_K],
   [GgmlType.Q4_K, quantizeQ4_K],

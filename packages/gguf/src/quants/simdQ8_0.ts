@@ -1,0 +1,228 @@
+/**
+ * Q8_0 quantization in WebAssembly SIMD, byte for byte ggml's `quantize_row_q8_0_ref`: four lanes
+ * of IEEE float32 arithmetic do exactly what C's floats do (the product x·id rounded once), where
+ * JavaScript must round every double with `Math.fround`; about ten times the JavaScript kernel's
+ * speed, which keeps `--quantize Q8_0` bound by reading and writing. The module is a few hundred
+ * bytes assembled here (no toolchain, nothing fetched); where WebAssembly or its SIMD is missing
+ * (or a page's CSP refuses it), or for a block holding a NaN (ggml's `MAX` lets a NaN in and the
+ * next number out, which lane maxima do not follow), the JavaScript kernel runs.
+ *
+ * Per block of 32 floats: amax is the largest |x| as bits (unsigned integer order is float order
+ * for non-negative floats; a NaN's bits are above infinity's, which sends the block to JavaScript),
+ * d = amax / 127, id = d ≠ 0 ? 1/d : 0, d stored as ggml's f16 (round to nearest even, infinity
+ * past 65504, subnormals exact), and each q = roundf(x·id): trunc, plus ±1 where the dropped
+ * fraction is at least ½ (the fraction of a float32 is exact).
+ */
+import { LITTLE_ENDIAN } from "@st-convert/core";
+
+/** Blocks per call into the module: 8,192 (1 MiB of values) keep its memory small and in cache, whatever the batch. */
+const CHUNK_BLOCKS = 8192;
+/** Where the module's memory holds the values, the blocks, and the list of blocks left to JavaScript. */
+const SRC = 0;
+const DST = CHUNK_BLOCKS * 128;
+const LIST = DST + CHUNK_BLOCKS * 34;
+const MEMORY_PAGES = Math.ceil((LIST + CHUNK_BLOCKS * 4) / 65536);
+
+function uleb(value: number): number[] {
+  const bytes: number[] = [];
+  let rest = value >>> 0;
+  do {
+    const byte = rest & 0x7f;
+    rest >>>= 7;
+    bytes.push(rest === 0 ? byte : byte | 0x80);
+  } while (rest !== 0);
+  return bytes;
+}
+
+function sleb(value: number): number[] {
+  const bytes: number[] = [];
+  let rest = value | 0;
+  for (;;) {
+    const byte = rest & 0x7f;
+    rest >>= 7;
+    if ((rest === 0 && (byte & 0x40) === 0) || (rest === -1 && (byte & 0x40) !== 0)) {
+      bytes.push(byte);
+      return bytes;
+    }
+    bytes.push(byte | 0x80);
+  }
+}
+
+/**
+ * The module: `q(src, dst, blocks, list)` quantizes `blocks` blocks of float32s at src into Q8_0
+ * blocks at dst, in memory imported as `env.mem`, and returns how many it left to JavaScript (a
+ * NaN among their values), their indices written to the int32s at list. Per block, as WAT-like steps:
+ *
+ *     v0..v7 = v128.load src+0 … src+112
+ *     m = lane max of i32x4.max_u over (vk & splat 0x7FFFFFFF)       ;; |x| as bits
+ *     if m >u 0x7F800000: list[count++] = b                          ;; a NaN
+ *     else:
+ *       d = f32(m) / 127; id = d ≠ 0 ? 1 / d : 0
+ *       i32.store16 dst (f16 bits of d: 0x7C00 from 0x477FF000; below 0x38800000 nearest(d·2^24);
+ *                        else (bits − 0x38000000 + 0xFFF + ((bits >> 13) & 1)) >> 13)
+ *       for each vk: p = vk · splat(id); q = trunc_sat(p) + ((|p − trunc(p)| ≥ ½) & ((p >>s 31) | 1))
+ *       narrow the 32 int32s to int8 (i16x8.narrow_i32x4_s, i8x16.narrow_i16x8_s), stored at dst+2, dst+18
+ *     src += 128; dst += 34
+ *
+ * Opcodes and encodings: the WebAssembly core specification 2.0, §5 (binary format; SIMD
+ * instructions are 0xFD and a LEB128 opcode).
+ */
+function q8Module(): Uint8Array {
+  const [BLOCK, LOOP, IF, ELSE, END, BR, BR_IF, SELECT] = [0x02, 0x03, 0x04, 0x05, 0x0b, 0x0c, 0x0d, 0x1b];
+  const [LOCAL_GET, LOCAL_SET, LOCAL_TEE, I32_STORE, I32_STORE16, I32_CONST, F32_CONST] = [0x20, 0x21, 0x22, 0x36, 0x3b, 0x41, 0x43];
+  const [I32_LT_U, I32_GT_U, I32_GE_U, F32_NE, I32_ADD, I32_SUB, I32_AND, I32_SHL, I32_SHR_U] = [0x49, 0x4b, 0x4f, 0x5c, 0x6a, 0x6b, 0x71, 0x74, 0x76];
+  const [F32_NEAREST, F32_MUL, F32_DIV, I32_TRUNC_F32_U, I32_REINTERPRET_F32, F32_REINTERPRET_I32] = [0x90, 0x94, 0x95, 0xa9, 0xbc, 0xbe];
+  const simd = (opcode: number) => [0xfd, ...uleb(opcode)];
+  const [V128_LOAD, V128_STORE, I8X16_SHUFFLE, I32X4_SPLAT, F32X4_SPLAT, I32X4_EXTRACT_LANE] = [
+    simd(0x00),
+    simd(0x0b),
+    simd(0x0d),
+    simd(0x11),
+    simd(0x13),
+    simd(0x1b),
+  ];
+  const [F32X4_GE, V128_AND, V128_OR, I8X16_NARROW_I16X8_S, F32X4_TRUNC, I16X8_NARROW_I32X4_S] = [
+    simd(0x46),
+    simd(0x4e),
+    simd(0x50),
+    simd(0x65),
+    simd(0x69),
+    simd(0x85),
+  ];
+  const [I32X4_SHR_S, I32X4_ADD, I32X4_MAX_U, F32X4_ABS, F32X4_SUB, F32X4_MUL, I32X4_TRUNC_SAT_F32X4_S] = [
+    simd(0xac),
+    simd(0xae),
+    simd(0xb9),
+    simd(0xe0),
+    simd(0xe5),
+    simd(0xe6),
+    simd(0xf8),
+  ];
+  // locals: the four parameters; b, m, count, bits (i32); d, id (f32); v0..v7, t, splat(id), the abs mask, splat ½, splat 1 (v128)
+  const [src, dst, blocks, list, b, m, count, bits, d, id] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+  const v = (k: number) => 10 + k;
+  const [t, vid, abs, half, one] = [18, 19, 20, 21, 22];
+  const get = (local: number) => [LOCAL_GET, local];
+  const set = (local: number) => [LOCAL_SET, local];
+  const i32 = (value: number) => [I32_CONST, ...sleb(value)];
+  const f32 = (value: number) => [F32_CONST, ...new Uint8Array(new Float32Array([value]).buffer)];
+  const advance = (local: number, by: number) => [...get(local), ...i32(by), I32_ADD, ...set(local)];
+  const code: number[] = [];
+  const emit = (...parts: (number | number[])[]) => {
+    for (const part of parts) {
+      if (typeof part === "number") code.push(part);
+      else code.push(...part);
+    }
+  };
+  emit(i32(0x7fffffff), I32X4_SPLAT, set(abs), f32(0.5), F32X4_SPLAT, set(half), i32(1), I32X4_SPLAT, set(one));
+  emit(BLOCK, 0x40, LOOP, 0x40);
+  emit(get(b), get(blocks), I32_GE_U, BR_IF, 1);
+  // memarg: alignment 2^0 (src + 128·b is aligned, but the hint does not matter), then the offset
+  for (let k = 0; k < 8; k++) emit(get(src), V128_LOAD, 0, uleb(16 * k), set(v(k)));
+  for (let k = 0; k < 8; k++) emit(get(v(k)), get(abs), V128_AND);
+  for (let k = 0; k < 7; k++) emit(I32X4_MAX_U);
+  emit(set(t), get(t), get(t), get(t), I8X16_SHUFFLE, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7], I32X4_MAX_U);
+  emit(set(t), get(t), get(t), get(t), I8X16_SHUFFLE, [4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11], I32X4_MAX_U);
+  emit(I32X4_EXTRACT_LANE, 0, set(m));
+  emit(get(m), i32(0x7f800000), I32_GT_U, IF, 0x40);
+  emit(get(list), get(count), i32(2), I32_SHL, I32_ADD, get(b), I32_STORE, 2, 0, advance(count, 1));
+  emit(ELSE);
+  emit(get(m), F32_REINTERPRET_I32, f32(127), F32_DIV, set(d));
+  emit(f32(1), get(d), F32_DIV, f32(0), get(d), f32(0), F32_NE, SELECT, LOCAL_TEE, id, F32X4_SPLAT, set(vid));
+  emit(get(d), I32_REINTERPRET_F32, set(bits), get(dst));
+  emit(get(bits), i32(0x477ff000), I32_GE_U, IF, 0x7f, i32(0x7c00), ELSE);
+  emit(get(bits), i32(0x38800000), I32_LT_U, IF, 0x7f, get(d), f32(16777216), F32_MUL, F32_NEAREST, I32_TRUNC_F32_U, ELSE);
+  emit(get(bits), i32(0x38000000), I32_SUB, i32(0x0fff), I32_ADD, get(bits), i32(13), I32_SHR_U, i32(1), I32_AND, I32_ADD, i32(13), I32_SHR_U);
+  emit(END, END, I32_STORE16, 1, 0);
+  for (let k = 0; k < 8; k++) {
+    emit(get(v(k)), get(vid), F32X4_MUL, LOCAL_TEE, t, I32X4_TRUNC_SAT_F32X4_S);
+    emit(get(t), get(t), F32X4_TRUNC, F32X4_SUB, F32X4_ABS, get(half), F32X4_GE);
+    emit(get(t), i32(31), I32X4_SHR_S, get(one), V128_OR, V128_AND, I32X4_ADD);
+    if (k % 2 === 1) emit(I16X8_NARROW_I32X4_S);
+    if (k % 4 === 3) emit(I8X16_NARROW_I16X8_S, set(t), get(dst), get(t), V128_STORE, 0, uleb(k === 3 ? 2 : 18));
+  }
+  emit(END);
+  emit(advance(src, 128), advance(dst, 34), advance(b, 1), BR, 0, END, END, get(count), END);
+  // local groups: 4 i32, 2 f32, 13 v128
+  const body = [3, 4, 0x7f, 2, 0x7d, 13, 0x7b, ...code];
+  const section = (sectionId: number, bytes: number[]) => [sectionId, ...uleb(bytes.length), ...bytes];
+  const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
+  return new Uint8Array([
+    ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
+    ...section(1, [1, 0x60, 4, 0x7f, 0x7f, 0x7f, 0x7f, 1, 0x7f]), // type 0: (i32, i32, i32, i32) -> i32
+    ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0x01, ...uleb(MEMORY_PAGES), ...uleb(MEMORY_PAGES)]), // memory of exactly MEMORY_PAGES
+    ...section(3, [1, 0]), // function 0 has type 0
+    ...section(7, [1, ...name("q"), 0x00, 0]), // export function 0 as "q"
+    ...section(10, [1, ...uleb(body.length), ...body]),
+  ]);
+}
+
+/** The few WebAssembly names used here: the lib settings (ES2022, Node's types) declare none. */
+interface WebAssemblyApi {
+  Memory: new (descriptor: { initial: number; maximum: number }) => { readonly buffer: ArrayBuffer };
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> };
+}
+
+interface Kernel {
+  readonly run: (src: number, dst: number, blocks: number, list: number) => number;
+  readonly values: Float32Array;
+  readonly blocks: Uint8Array;
+  readonly list: Int32Array;
+}
+
+/** The instantiated module: null where it cannot run (no WebAssembly, no SIMD, a page's CSP), undefined before the first call. */
+let kernel: Kernel | null | undefined;
+
+function instantiate(): Kernel | null {
+  if (kernel !== undefined) return kernel;
+  kernel = null;
+  const wasm = (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly;
+  // wasm loads are little-endian, the Float32Array copied in is the host's order
+  if (!LITTLE_ENDIAN || wasm === undefined) return null;
+  try {
+    // Never grown: the views of it are never detached. Compiling throws where SIMD is missing.
+    const memory = new wasm.Memory({ initial: MEMORY_PAGES, maximum: MEMORY_PAGES });
+    const instance = new wasm.Instance(new wasm.Module(q8Module()), { env: { mem: memory } });
+    kernel = {
+      run: instance.exports.q as Kernel["run"],
+      values: new Float32Array(memory.buffer, SRC, CHUNK_BLOCKS * 32),
+      blocks: new Uint8Array(memory.buffer, DST, CHUNK_BLOCKS * 34),
+      list: new Int32Array(memory.buffer, LIST, CHUNK_BLOCKS),
+    };
+  } catch {
+    kernel = null;
+  }
+  return kernel;
+}
+
+/** Whether {@link quantizeQ8_0Simd} runs here. */
+export function hasQ8_0Simd(): boolean {
+  return instantiate() !== null;
+}
+
+/**
+ * Quantizes `blocks` blocks of `src` to Q8_0 into `dst`, as `quantizeQ8_0` does, with the module;
+ * the blocks holding a NaN by `scalar` (the JavaScript kernel). False, having written nothing,
+ * where the module cannot run.
+ */
+export function quantizeQ8_0Simd(
+  src: Float32Array,
+  dst: Uint8Array,
+  blocks: number,
+  scalar: (src: Float32Array, dst: Uint8Array, blocks: number) => void,
+): boolean {
+  const k = instantiate();
+  if (k === null) return false;
+  for (let first = 0; first < blocks; first += CHUNK_BLOCKS) {
+    const n = Math.min(CHUNK_BLOCKS, blocks - first);
+    k.values.set(src.subarray(first * 32, (first + n) * 32));
+    const withNaN = k.run(SRC, DST, n, LIST);
+    dst.set(k.blocks.subarray(0, n * 34), first * 34);
+    for (let i = 0; i < withNaN; i++) {
+      const b = first + k.list[i]!;
+      scalar(src.subarray(b * 32, b * 32 + 32), dst.subarray(b * 34, b * 34 + 34), 1);
+    }
+  }
+  return true;
+}
