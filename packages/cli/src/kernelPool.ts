@@ -4,6 +4,7 @@
  * cores idle). Started on the first kernel a format runs, ended with the conversion.
  */
 import type { FormatKernels, KernelPool, TensorFormat } from "@st-convert/core";
+import { FORMATS } from "./formats.js";
 import type { Worker } from "node:worker_threads";
 import { availableParallelism } from "node:os";
 
@@ -20,6 +21,9 @@ export interface KernelCall {
 
 /** What a kernel thread answers: the call's result, or the message of what it threw. */
 export type KernelAnswer = { readonly id: number; readonly result: unknown } | { readonly id: number; readonly error: string };
+
+/** The answer a kernel thread gives once, when its modules are loaded. */
+export const READY = -1;
 
 /** The buffers behind the typed arrays a kernel returned (it, or its items when it is an array), to move back. */
 export function returnedBuffers(result: unknown): ArrayBuffer[] {
@@ -52,6 +56,8 @@ interface Thread {
   readonly worker: Worker;
   /** Calls sent and not answered. */
   busy: number;
+  /** True once its modules are loaded, false if it failed before. */
+  readonly ready: Promise<boolean>;
 }
 
 interface Call {
@@ -73,18 +79,25 @@ export class WorkerKernelPool implements KernelPool {
     this.threads = threads;
   }
 
-  run(format: string, kernel: string, args: readonly unknown[], transfer: readonly ArrayBuffer[]): Promise<unknown> {
-    if (this.#closed) return Promise.reject(new Error("the kernel threads were closed"));
+  async run(format: string, kernel: string, args: readonly unknown[], transfer: readonly ArrayBuffer[]): Promise<unknown> {
+    if (this.#closed) throw new Error("the kernel threads were closed");
     const threads = this.#start();
-    // the thread with the fewest calls waiting (ties to the first): a call is a few ms, all alike
-    let thread = threads[0]!;
-    for (const t of threads) if (t.busy < thread.busy) thread = t;
+    // Only threads that loaded take calls, so no buffer is moved to a thread that cannot answer.
+    const ready = (await Promise.all(threads.map((t) => t.ready))).some(Boolean);
+    if (!ready) {
+      // No thread could start (the module is missing, as when run from sources): the kernel runs here.
+      return (await findKernel(FORMATS, format, kernel))(...args);
+    }
+    // the thread with the fewest calls waiting (ties to the first): calls are alike
+    let thread: Thread | undefined;
+    for (const t of threads) if ((await t.ready) && (thread === undefined || t.busy < thread.busy)) thread = t;
+    const chosen = thread!;
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
-      this.#calls.set(id, { thread, resolve, reject });
-      thread.busy++;
+      this.#calls.set(id, { thread: chosen, resolve, reject });
+      chosen.busy++;
       const call: KernelCall = { id, format, kernel, args };
-      thread.worker.postMessage(call, transfer as ArrayBuffer[]);
+      chosen.worker.postMessage(call, transfer as ArrayBuffer[]);
     });
   }
 
@@ -93,10 +106,16 @@ export class WorkerKernelPool implements KernelPool {
     const { Worker } = process.getBuiltinModule("node:worker_threads");
     const url = workerUrl();
     this.#started = Array.from({ length: this.threads }, () => {
-      const thread: Thread = { worker: new Worker(url), busy: 0 };
+      const worker = new Worker(url);
+      let loaded: (ok: boolean) => void = () => {};
+      const thread: Thread = { worker, busy: 0, ready: new Promise((resolve) => (loaded = resolve)) };
       // Never what keeps the process alive: close() ends them, and an unclosed pool must not hang the command.
-      thread.worker.unref();
-      thread.worker.on("message", (answer: KernelAnswer) => {
+      worker.unref();
+      worker.on("message", (answer: KernelAnswer) => {
+        if (answer.id === READY) {
+          loaded(true);
+          return;
+        }
         const call = this.#calls.get(answer.id);
         if (call === undefined) return;
         this.#calls.delete(answer.id);
@@ -105,14 +124,15 @@ export class WorkerKernelPool implements KernelPool {
         else call.resolve(answer.result);
       });
       const lost = (error: Error) => {
+        loaded(false);
         for (const [id, call] of this.#calls) {
           if (call.thread !== thread) continue;
           this.#calls.delete(id);
           call.reject(new Error(`a kernel thread stopped (${error.message})`));
         }
       };
-      thread.worker.on("error", lost);
-      thread.worker.on("exit", (code) => lost(new Error(`exited with status ${code}`)));
+      worker.on("error", lost);
+      worker.on("exit", (code) => lost(new Error(`exited with status ${code}`)));
       return thread;
     });
     return this.#started;

@@ -4,7 +4,7 @@
  */
 import { parentPort } from "node:worker_threads";
 import { FORMATS } from "./formats.js";
-import { type KernelAnswer, type KernelCall, findKernel, returnedBuffers } from "./kernelPool.js";
+import { type KernelAnswer, type KernelCall, READY, findKernel, returnedBuffers } from "./kernelPool.js";
 
 const port = parentPort;
 if (port === null) throw new Error("kernelWorker.js runs as a worker thread of a conversion");
@@ -25,3 +25,5 @@ port.on("message", (call: KernelCall) => {
     (error: unknown) => port.postMessage({ id: call.id, error: error instanceof Error ? error.message : String(error) } satisfies KernelAnswer),
   );
 });
+
+port.postMessage({ id: READY, result: undefined } satisfies KernelAnswer);

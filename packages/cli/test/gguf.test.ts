@@ -7,10 +7,12 @@
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { MemorySink, tensorFromBytes } from "@st-convert/core";
+import { MemorySink, readTensorBytes, tensorFromBytes } from "@st-convert/core";
 import { type AtomicFileSink, createFileSink, openFileSource } from "@st-convert/core/node";
 import { nativeIo } from "@st-convert/native";
-import { fixturePath, makeTempDir, expectOneLineRefusal as oneLineRefusal, pseudoRandomBytes, runCli, toHex } from "@st-convert/testing";
+import { Random, describeGgml, fixturePath, makeTempDir, expectOneLineRefusal as oneLineRefusal, pseudoRandomBytes, runCli, toHex } from "@st-convert/testing";
+import { castKernel } from "@st-convert/core";
+import { readGguf } from "@st-convert/gguf";
 import { detectInputFormat, formatByName } from "../src/index.js";
 
 let dir: string;
@@ -181,5 +183,47 @@ describe.skipIf(nativeIo() === undefined)("kernel copies", () => {
     expect(await kernelCopied(join(dir, "big.gguf"), join(dir, "big.safetensors"), "safetensors")).toBe(896 * 1024 * 4);
     expect(await kernelCopied(join(dir, "big.safetensors"), join(dir, "back.gguf"), "gguf")).toBe(896 * 1024 * 4);
     expect(hex(join(dir, "back.gguf"))).toBe(toHex(sink.bytes()));
+  });
+});
+
+/** A safetensors file of one tensor `w`, its header built here (the bytes are the test's, not a writer's). */
+function safetensorsOf(path: string, dtype: "F32" | "F16", shape: [number, number], data: Uint8Array): void {
+  let header = JSON.stringify({ w: { dtype, shape, data_offsets: [0, data.byteLength] } });
+  header += " ".repeat((8 - (header.length % 8)) % 8);
+  const length = Buffer.alloc(8);
+  length.writeBigUInt64LE(BigInt(header.length));
+  writeFileSync(path, Buffer.concat([length, Buffer.from(header), data]));
+}
+
+describeGgml("--quantize of tensors large enough for the kernel threads", (oracle) => {
+  // 4 Mi values, the size from which the writer quantizes on worker threads: F32 through Q8_0's
+  // SIMD kernel, F16 widened on the threads and through the JavaScript Q4_0 kernel
+  it.each([
+    ["F32", "Q8_0", 8],
+    ["F16", "Q4_0", 2],
+  ] as const)("%s → %s: ggml_quantize_chunk's blocks, in order", async (dtype, type, id) => {
+    const random = new Random(0x40, id);
+    const count = 4096 * 1024;
+    const values = new Float32Array(count);
+    for (let i = 0; i < count; i++) values[i] = (random.uint32() / 2 ** 32 - 0.5) * (1 + (i % 7)) * (i % 4099 === 0 ? 100 : 1);
+    let data = new Uint8Array(values.buffer);
+    if (dtype === "F16") {
+      data = new Uint8Array(count * 2);
+      castKernel("F32", "F16")(new Uint8Array(values.buffer), data, count);
+      castKernel("F16", "F32")(data, new Uint8Array(values.buffer), count);
+    }
+    safetensorsOf(join(dir, "big.safetensors"), dtype, [4096, 1024], data);
+    ok([join(dir, "big.safetensors"), join(dir, "big.gguf"), "--quantize", type]);
+    const source = await openFileSource(join(dir, "big.gguf"));
+    try {
+      const file = await readGguf(source, { keepQuantized: true });
+      expect(file.tensors[0]!.ggmlType).toBe(type);
+      const expected = oracle.quantize(id, values, 1024);
+      const ours = await readTensorBytes(file.tensors[0]!);
+      expect(ours.byteLength).toBe(expected.byteLength);
+      expect(Buffer.from(ours).equals(Buffer.from(expected))).toBe(true);
+    } finally {
+      await source.close();
+    }
   });
 });

@@ -5,7 +5,8 @@
  * speed, which keeps `--quantize Q8_0` bound by reading and writing. The module is a few hundred
  * bytes assembled here (no toolchain, nothing fetched); where WebAssembly or its SIMD is missing
  * (or a page's CSP refuses it), or for a block holding a NaN (ggml's `MAX` lets a NaN in and the
- * next number out, which lane maxima do not follow), the JavaScript kernel runs.
+ * next number out, which lane maxima do not follow) or whose d is too small to invert (x·∞, whose
+ * int8 in C is the low byte of x86's 0x80000000, where the lanes saturate), the JavaScript kernel runs.
  *
  * Per block of 32 floats: amax is the largest |x| as bits (unsigned integer order is float order
  * for non-negative floats; a NaN's bits are above infinity's, which sends the block to JavaScript),
@@ -55,9 +56,9 @@ function sleb(value: number): number[] {
  *
  *     v0..v7 = v128.load src+0 … src+112
  *     m = lane max of i32x4.max_u over (vk & splat 0x7FFFFFFF)       ;; |x| as bits
- *     if m >u 0x7F800000: list[count++] = b                          ;; a NaN
+ *     d = f32(m) / 127; id = d ≠ 0 ? 1 / d : 0
+ *     if m >u 0x7F800000 or id = ∞: list[count++] = b                ;; a NaN, or d too small to invert
  *     else:
- *       d = f32(m) / 127; id = d ≠ 0 ? 1 / d : 0
  *       i32.store16 dst (f16 bits of d: 0x7C00 from 0x477FF000; below 0x38800000 nearest(d·2^24);
  *                        else (bits − 0x38000000 + 0xFFF + ((bits >> 13) & 1)) >> 13)
  *       for each vk: p = vk · splat(id); q = trunc_sat(p) + ((|p − trunc(p)| ≥ ½) & ((p >>s 31) | 1))
@@ -70,7 +71,9 @@ function sleb(value: number): number[] {
 function q8Module(): Uint8Array {
   const [BLOCK, LOOP, IF, ELSE, END, BR, BR_IF, SELECT] = [0x02, 0x03, 0x04, 0x05, 0x0b, 0x0c, 0x0d, 0x1b];
   const [LOCAL_GET, LOCAL_SET, LOCAL_TEE, I32_STORE, I32_STORE16, I32_CONST, F32_CONST] = [0x20, 0x21, 0x22, 0x36, 0x3b, 0x41, 0x43];
-  const [I32_LT_U, I32_GT_U, I32_GE_U, F32_NE, I32_ADD, I32_SUB, I32_AND, I32_SHL, I32_SHR_U] = [0x49, 0x4b, 0x4f, 0x5c, 0x6a, 0x6b, 0x71, 0x74, 0x76];
+  const [I32_LT_U, I32_GT_U, I32_GE_U, F32_EQ, F32_NE, I32_ADD, I32_SUB, I32_AND, I32_OR, I32_SHL, I32_SHR_U] = [
+    0x49, 0x4b, 0x4f, 0x5b, 0x5c, 0x6a, 0x6b, 0x71, 0x72, 0x74, 0x76,
+  ];
   const [F32_NEAREST, F32_MUL, F32_DIV, I32_TRUNC_F32_U, I32_REINTERPRET_F32, F32_REINTERPRET_I32] = [0x90, 0x94, 0x95, 0xa9, 0xbc, 0xbe];
   const simd = (opcode: number) => [0xfd, ...uleb(opcode)];
   const [V128_LOAD, V128_STORE, I8X16_SHUFFLE, I32X4_SPLAT, F32X4_SPLAT, I32X4_EXTRACT_LANE] = [
@@ -124,11 +127,12 @@ function q8Module(): Uint8Array {
   emit(set(t), get(t), get(t), get(t), I8X16_SHUFFLE, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7], I32X4_MAX_U);
   emit(set(t), get(t), get(t), get(t), I8X16_SHUFFLE, [4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11], I32X4_MAX_U);
   emit(I32X4_EXTRACT_LANE, 0, set(m));
-  emit(get(m), i32(0x7f800000), I32_GT_U, IF, 0x40);
+  emit(get(m), F32_REINTERPRET_I32, f32(127), F32_DIV, set(d));
+  emit(f32(1), get(d), F32_DIV, f32(0), get(d), f32(0), F32_NE, SELECT, set(id));
+  emit(get(m), i32(0x7f800000), I32_GT_U, get(id), f32(Number.POSITIVE_INFINITY), F32_EQ, I32_OR, IF, 0x40);
   emit(get(list), get(count), i32(2), I32_SHL, I32_ADD, get(b), I32_STORE, 2, 0, advance(count, 1));
   emit(ELSE);
-  emit(get(m), F32_REINTERPRET_I32, f32(127), F32_DIV, set(d));
-  emit(f32(1), get(d), F32_DIV, f32(0), get(d), f32(0), F32_NE, SELECT, LOCAL_TEE, id, F32X4_SPLAT, set(vid));
+  emit(get(id), F32X4_SPLAT, set(vid));
   emit(get(d), I32_REINTERPRET_F32, set(bits), get(dst));
   emit(get(bits), i32(0x477ff000), I32_GE_U, IF, 0x7f, i32(0x7c00), ELSE);
   emit(get(bits), i32(0x38800000), I32_LT_U, IF, 0x7f, get(d), f32(16777216), F32_MUL, F32_NEAREST, I32_TRUNC_F32_U, ELSE);
