@@ -5,6 +5,7 @@
  * without FMA: `a*b + c` is two roundings), and `nearest_int` is ggml's round-half-even trick.
  */
 import { floatToHalf, halfToFloatTable, nearestInt } from "./floatBits.js";
+import { qkx2Loops } from "./qkx2Loops.js";
 
 const fr = Math.fround;
 /** ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it is all zeros. */
@@ -12,8 +13,10 @@ const GROUP_MAX_EPS = fr(1e-15);
 const TENTH = fr(0.1);
 
 // scratch, reused: quantization never re-enters itself
-const weights = new Float32Array(32);
-const laux = new Uint8Array(32);
+/** make_qkx2's float32 sums, in WebAssembly where it runs (its arrays below are views of the module's memory). */
+const loops = qkx2Loops();
+const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL } = loops;
+const { sums: wasmSums, error: wasmError } = loops;
 const levels = new Uint8Array(256);
 const signedLevels = new Int8Array(256);
 const subScales = new Float32Array(16);
@@ -25,11 +28,6 @@ const shifted = new Float64Array(32);
 /** The values and weights make_qkx2 works on, as doubles. */
 const xs = new Float64Array(32);
 const ws = new Float64Array(32);
-
-/** The three sums before element i at [i] ([0] stays 0): a load, never a literal, starts each sum, so it stays a double. */
-const prefixL = new Float64Array(33);
-const prefixL2 = new Float64Array(33);
-const prefixXL = new Float64Array(33);
 
 /** 2^-23: twice float32's unit roundoff, bounding the three roundings of s·l + m − x relative to their operands. */
 const ROUNDING_BOUND = 1.2e-7;
@@ -111,6 +109,18 @@ function level(t: number, nmax: number): number {
   return l < 0 ? 0 : l > nmax ? nmax : l;
 }
 
+/** make_qkx2's error of the levels in `laux` for scale `s` and min `m`: Σw·(s·l + m − x)², or Σw·|…|. */
+function errorOf(s: number, m: number, n: number, useMad: boolean, inWasm: boolean): number {
+  if (inWasm) return wasmError!(s, m, n, useMad ? 1 : 0);
+  let error = 0;
+  for (let i = 0; i < n; i++) {
+    let diff = fr(fr(fr(s * laux[i]!) + m) - xs[i]!);
+    diff = useMad ? Math.abs(diff) : fr(diff * diff);
+    error = fr(error + fr(ws[i]! * diff));
+  }
+  return error;
+}
+
 /**
  * ggml's `make_qkx2_quants`: a scale and a min for `n` values of `x` at `xo` with weights, levels
  * 0..nmax into `L` at `lo`, searching `nstep + 1` candidate scales. Returns the scale; the min goes to qkx2Out.
@@ -120,9 +130,13 @@ function level(t: number, nmax: number): number {
  * changes no result.
  */
 function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8Array, lo: number, rmin: number, nstep: number, useMad: boolean): number {
+  // the float32 sums in WebAssembly, but for Q2_K's groups of 16 (absolute errors), where the calls cost what they save
+  const inWasm = wasmSums !== undefined && !useMad;
   // the values and weights as doubles (exact copies of the float32s): the loops below then convert nothing
   for (let i = 0; i < n; i++) {
-    xs[i] = x[xo + i]!;
+    const v = x[xo + i]!;
+    xs[i] = v;
+    xf[i] = v;
     ws[i] = weights[i]!;
   }
   let min = x[xo]!;
@@ -163,14 +177,9 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
   moments[3] = momentXX;
   let iscale = fr(nmax / fr(max - min));
   let scale = fr(1 / iscale);
-  let bestError = 0;
-  for (let i = 0; i < n; i++) {
-    const l = level(fr(iscale * shifted[i]!), nmax);
-    L[lo + i] = l;
-    let diff = fr(fr(fr(scale * l) + min) - xs[i]!);
-    diff = useMad ? Math.abs(diff) : fr(diff * diff);
-    bestError = fr(bestError + fr(ws[i]! * diff));
-  }
+  for (let i = 0; i < n; i++) laux[i] = level(fr(iscale * shifted[i]!), nmax);
+  L.set(laux.subarray(0, n), lo);
+  let bestError = errorOf(scale, min, n, useMad, inWasm);
   if (nstep < 1) {
     qkx2Out[0] = -min;
     return scale;
@@ -232,18 +241,28 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     if (!summed) first = 0;
     else if (first === n) continue; // the same levels as the last candidate: the same error, no improvement
     summed = true;
-    let sumL = prefixL[first]!;
-    let sumL2 = prefixL2[first]!;
-    let sumXL = prefixXL[first]!;
-    for (let i = first; i < n; i++) {
-      const l = laux[i]!;
-      const wl = fr(ws[i]! * l);
-      sumL = fr(sumL + wl);
-      sumL2 = fr(sumL2 + fr(wl * l));
-      sumXL = fr(sumXL + fr(wl * xs[i]!));
-      prefixL[i + 1] = sumL;
-      prefixL2[i + 1] = sumL2;
-      prefixXL[i + 1] = sumXL;
+    let sumL: number;
+    let sumL2: number;
+    let sumXL: number;
+    if (inWasm) {
+      wasmSums!(first, n);
+      sumL = prefixL[n]!;
+      sumL2 = prefixL2[n]!;
+      sumXL = prefixXL[n]!;
+    } else {
+      sumL = prefixL[first]!;
+      sumL2 = prefixL2[first]!;
+      sumXL = prefixXL[first]!;
+      for (let i = first; i < n; i++) {
+        const l = laux[i]!;
+        const wl = fr(ws[i]! * l);
+        sumL = fr(sumL + wl);
+        sumL2 = fr(sumL2 + fr(wl * l));
+        sumXL = fr(sumXL + fr(wl * xs[i]!));
+        prefixL[i + 1] = sumL;
+        prefixL2[i + 1] = sumL2;
+        prefixXL[i + 1] = sumXL;
+      }
     }
     const D = fr(fr(sumW * sumL2) - fr(sumL * sumL));
     if (D > 0) {
@@ -254,12 +273,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         thisScale = fr(sumXL / sumL2);
       }
       if (useMad ? surelyWorse(n, thisScale, thisMin, true, bestError) : surelyWorseSquared(thisScale, thisMin, mL, mLL, mXL, mAXL, bestError)) continue;
-      let curError = 0;
-      for (let i = 0; i < n; i++) {
-        let diff = fr(fr(fr(thisScale * laux[i]!) + thisMin) - xs[i]!);
-        diff = useMad ? Math.abs(diff) : fr(diff * diff);
-        curError = fr(curError + fr(ws[i]! * diff));
-      }
+      const curError = errorOf(thisScale, thisMin, n, useMad, inWasm);
       if (curError < bestError) {
         for (let i = 0; i < n; i++) L[lo + i] = laux[i]!;
         bestError = curError;

@@ -1,0 +1,158 @@
+/**
+ * The two float32 accumulation loops of ggml's `make_qkx2_quants` in WebAssembly (scalar, no SIMD):
+ * the running sums Σw·l, Σw·l², Σw·l·x (with their prefixes, kept for the next candidate) and the
+ * error Σw·(s·l + m − x)² (or |…| for Q2_K). Each step of those sums depends on the one before, and
+ * in JavaScript a float32 addition is an addition and two conversions (`Math.fround`), three times
+ * the latency of wasm's `f32.add`; the operations and their order are C's, so the bits are too.
+ *
+ * The loops work on arrays in the module's memory, which kQuantize.ts fills through the views
+ * {@link Qkx2Loops} gives. Where WebAssembly is missing or refused (a page's CSP), `qkx2Loops()`
+ * returns plain arrays and no functions, and kQuantize.ts runs the same loops in JavaScript.
+ */
+
+/** The arrays the loops read and write (views of the module's memory, or plain arrays without it). */
+export interface Qkx2Loops {
+  /** make_qkx2's weights, float32 as C's `float weights[32]`. */
+  readonly weights: Float32Array;
+  /** The values of the group. */
+  readonly values: Float32Array;
+  /** The candidate's levels. */
+  readonly levels: Uint8Array;
+  /** The three sums before element i at [i] ([0] stays 0). */
+  readonly prefixL: Float32Array;
+  readonly prefixL2: Float32Array;
+  readonly prefixXL: Float32Array;
+  /** Continues the prefixes from `first` to `n` (the sums of all n at [n]). */
+  readonly sums?: (first: number, n: number) => void;
+  /** The error of scale `s` and min `m` over the first `n` levels: squared, or absolute when `mad` is 1. */
+  readonly error?: (s: number, m: number, n: number, mad: number) => number;
+}
+
+// byte offsets in the module's memory
+const W = 0;
+const X = 128;
+const L = 256;
+const PL = 288;
+const PL2 = PL + 33 * 4;
+const PXL = PL2 + 33 * 4;
+
+function uleb(value: number): number[] {
+  const bytes: number[] = [];
+  let rest = value >>> 0;
+  do {
+    const byte = rest & 0x7f;
+    rest >>>= 7;
+    bytes.push(rest === 0 ? byte : byte | 0x80);
+  } while (rest !== 0);
+  return bytes;
+}
+
+/**
+ * The module: `sums(first, n)` and `error(s, m, n, mad)` over the arrays at W, X, L, PL, PL2, PXL
+ * of memory imported as `env.mem`. As C writes them (ggml's make_qkx2_quants):
+ *
+ *     for (i = first; i < n; i++) { l = L[i]; wl = W[i]*l; sl += wl; sl2 += wl*l; sxl += wl*X[i]; P*[i+1] = … }
+ *     for (i = 0; i < n; i++) { d = s*L[i] + m - X[i]; d = mad ? fabsf(d) : d*d; e += W[i]*d; } return e;
+ *
+ * Opcodes and encodings: the WebAssembly core specification 2.0, §5.
+ */
+function loopsModule(): Uint8Array {
+  const [BLOCK, LOOP, END, BR, BR_IF, SELECT, LOCAL_GET, LOCAL_SET, LOCAL_TEE] = [0x02, 0x03, 0x0b, 0x0c, 0x0d, 0x1b, 0x20, 0x21, 0x22];
+  const [F32_LOAD, I32_LOAD8_U, F32_STORE, I32_CONST, I32_GE_U, I32_ADD, I32_SHL] = [0x2a, 0x2d, 0x38, 0x41, 0x4f, 0x6a, 0x74];
+  const [F32_ABS, F32_ADD, F32_SUB, F32_MUL, F32_CONVERT_I32_U] = [0x8b, 0x92, 0x93, 0x94, 0xb3];
+  const get = (local: number) => [LOCAL_GET, local];
+  const set = (local: number) => [LOCAL_SET, local];
+  // only small non-negative constants, whose signed LEB128 is their unsigned one
+  const i32 = (value: number) => [I32_CONST, ...uleb(value)];
+  // memargs: f32 at alignment 2^2, bytes at 2^0, then the offset
+  const loadF32 = (offset: number) => [F32_LOAD, 2, ...uleb(offset)];
+  const storeF32 = (offset: number) => [F32_STORE, 2, ...uleb(offset)];
+  const loadU8 = (offset: number) => [I32_LOAD8_U, 0, ...uleb(offset)];
+  // sums: params first (0), n (1); locals a (2, i32: 4·i), l (3), wl (4), sl (5), sl2 (6), sxl (7) (f32)
+  const [i, n, a, l, wl, sl, sl2, sxl] = [0, 1, 2, 3, 4, 5, 6, 7];
+  const sums = [
+    ...[2, 1, 0x7f, 5, 0x7d],
+    ...[...get(i), ...i32(2), I32_SHL, ...set(a)],
+    ...[...get(a), ...loadF32(PL), ...set(sl), ...get(a), ...loadF32(PL2), ...set(sl2), ...get(a), ...loadF32(PXL), ...set(sxl)],
+    ...[BLOCK, 0x40, LOOP, 0x40],
+    ...[...get(i), ...get(n), I32_GE_U, BR_IF, 1],
+    ...[...get(i), ...loadU8(L), F32_CONVERT_I32_U, ...set(l)],
+    ...[...get(a), ...loadF32(W), ...get(l), F32_MUL, LOCAL_TEE, wl],
+    ...[...get(sl), F32_ADD, ...set(sl)],
+    ...[...get(sl2), ...get(wl), ...get(l), F32_MUL, F32_ADD, ...set(sl2)],
+    ...[...get(sxl), ...get(wl), ...get(a), ...loadF32(X), F32_MUL, F32_ADD, ...set(sxl)],
+    ...[...get(a), ...i32(4), I32_ADD, ...set(a), ...get(i), ...i32(1), I32_ADD, ...set(i)],
+    ...[...get(a), ...get(sl), ...storeF32(PL), ...get(a), ...get(sl2), ...storeF32(PL2), ...get(a), ...get(sxl), ...storeF32(PXL)],
+    ...[BR, 0, END, END, END],
+  ];
+  // error: params s (0), m (1) (f32), n (2), mad (3) (i32); locals i (4), a (5) (i32), d (6), e (7) (f32)
+  const [s, m, count, mad, j, b, d, e] = [0, 1, 2, 3, 4, 5, 6, 7];
+  const error = [
+    ...[2, 2, 0x7f, 2, 0x7d],
+    ...[BLOCK, 0x40, LOOP, 0x40],
+    ...[...get(j), ...get(count), I32_GE_U, BR_IF, 1],
+    ...[...get(s), ...get(j), ...loadU8(L), F32_CONVERT_I32_U, F32_MUL, ...get(m), F32_ADD, ...get(b), ...loadF32(X), F32_SUB, LOCAL_TEE, d],
+    ...[F32_ABS, ...get(d), ...get(d), F32_MUL, ...get(mad), SELECT, ...set(d)],
+    ...[...get(e), ...get(b), ...loadF32(W), ...get(d), F32_MUL, F32_ADD, ...set(e)],
+    ...[...get(b), ...i32(4), I32_ADD, ...set(b), ...get(j), ...i32(1), I32_ADD, ...set(j)],
+    ...[BR, 0, END, END],
+    ...[...get(e), END],
+  ];
+  const section = (id: number, bytes: number[]) => [id, ...uleb(bytes.length), ...bytes];
+  const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
+  return new Uint8Array([
+    ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
+    // type 0: (i32, i32) -> (); type 1: (f32, f32, i32, i32) -> f32
+    ...section(1, [2, 0x60, 2, 0x7f, 0x7f, 0, 0x60, 4, 0x7d, 0x7d, 0x7f, 0x7f, 1, 0x7d]),
+    ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0x01, 1, 1]), // one page
+    ...section(3, [2, 0, 1]),
+    ...section(7, [2, ...name("sums"), 0x00, 0, ...name("error"), 0x00, 1]),
+    ...section(10, [2, ...uleb(sums.length), ...sums, ...uleb(error.length), ...error]),
+  ]);
+}
+
+/** The few WebAssembly names used here: the lib settings (ES2022, Node's types) declare none. */
+interface WebAssemblyApi {
+  Memory: new (descriptor: { initial: number; maximum: number }) => { readonly buffer: ArrayBuffer };
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> };
+}
+
+function plain(): Qkx2Loops {
+  return {
+    weights: new Float32Array(32),
+    values: new Float32Array(32),
+    levels: new Uint8Array(32),
+    prefixL: new Float32Array(33),
+    prefixL2: new Float32Array(33),
+    prefixXL: new Float32Array(33),
+  };
+}
+
+/**
+ * The loops' arrays and functions: in WebAssembly where it runs (wasm memory is little-endian, as
+ * the views must be), else plain arrays without functions.
+ */
+export function qkx2Loops(): Qkx2Loops {
+  const wasm = (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly;
+  const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+  if (wasm === undefined || !littleEndian) return plain();
+  try {
+    // Never grown: the views of it are never detached.
+    const memory = new wasm.Memory({ initial: 1, maximum: 1 });
+    const instance = new wasm.Instance(new wasm.Module(loopsModule()), { env: { mem: memory } });
+    const { buffer } = memory;
+    return {
+      weights: new Float32Array(buffer, W, 32),
+      values: new Float32Array(buffer, X, 32),
+      levels: new Uint8Array(buffer, L, 32),
+      prefixL: new Float32Array(buffer, PL, 33),
+      prefixL2: new Float32Array(buffer, PL2, 33),
+      prefixXL: new Float32Array(buffer, PXL, 33),
+      sums: instance.exports.sums as Qkx2Loops["sums"],
+      error: instance.exports.error as Qkx2Loops["error"],
+    };
+  } catch {
+    return plain();
+  }
+}
