@@ -15,8 +15,8 @@ const TENTH = fr(0.1);
 // scratch, reused: quantization never re-enters itself
 /** make_qkx2's float32 sums, in WebAssembly where it runs (its arrays below are views of the module's memory). */
 const loops = qkx2Loops();
-const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL } = loops;
-const { sums: wasmSums, error: wasmError } = loops;
+const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL, totals } = loops;
+const { sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares } = loops;
 const levels = new Uint8Array(256);
 const signedLevels = new Int8Array(256);
 const subScales = new Float32Array(16);
@@ -141,16 +141,29 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
   }
   let min = x[xo]!;
   let max = min;
-  const sumW0 = ws[0]!;
-  let sumW = sumW0;
-  let sumX = fr(sumW0 * min);
-  for (let i = 1; i < n; i++) {
-    const xi = xs[i]!;
-    if (xi < min) min = xi;
-    if (xi > max) max = xi;
-    const w = ws[i]!;
-    sumW = fr(sumW + w);
-    sumX = fr(sumX + fr(w * xi));
+  let sumW: number;
+  let sumX: number;
+  if (inWasm) {
+    for (let i = 1; i < n; i++) {
+      const xi = xs[i]!;
+      if (xi < min) min = xi;
+      if (xi > max) max = xi;
+    }
+    wasmTotals!(n);
+    sumW = totals[0]!;
+    sumX = totals[1]!;
+  } else {
+    const sumW0 = ws[0]!;
+    sumW = sumW0;
+    sumX = fr(sumW0 * min);
+    for (let i = 1; i < n; i++) {
+      const xi = xs[i]!;
+      if (xi < min) min = xi;
+      if (xi > max) max = xi;
+      const w = ws[i]!;
+      sumW = fr(sumW + w);
+      sumX = fr(sumX + fr(w * xi));
+    }
   }
   if (min > 0) min = 0;
   if (max === min) {
@@ -220,9 +233,14 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
       if (changed !== 0) first = 31 - Math.clz32(changed & -changed);
       fresh = !(iscale > 0);
     } else {
-      for (let i = 0; i < n; i++) {
+      // which elements reached their ceiling, as bits: a branch per element would be mispredicted
+      // at each of the few that did
+      let due = 0;
+      for (let i = 0; i < n; i++) due |= +(iscale * shifted[i]! >= ceiling[i]!) << i;
+      while (due !== 0) {
+        const i = 31 - Math.clz32(due & -due);
+        due &= due - 1;
         const v = shifted[i]!;
-        if (iscale * v < ceiling[i]!) continue;
         const l = level(fr(iscale * v), nmax);
         const old = laux[i]!;
         // unconditional: an unchanged level adds exact zeros
@@ -511,9 +529,14 @@ function kScalesAndLevels(src: Float32Array, x: number, dst: Uint8Array, o: numb
   for (let j = 0; j < 8; j++) {
     const xo = x + 32 * j;
     let sumX2 = 0;
-    for (let l = 0; l < 32; l++) {
-      const v = src[xo + l]!;
-      sumX2 = fr(sumX2 + fr(v * v));
+    if (wasmSquares !== undefined) {
+      xf.set(src.subarray(xo, xo + 32));
+      sumX2 = wasmSquares(32);
+    } else {
+      for (let l = 0; l < 32; l++) {
+        const v = src[xo + l]!;
+        sumX2 = fr(sumX2 + fr(v * v));
+      }
     }
     const avX = fr(Math.sqrt(fr(sumX2 / 32)));
     for (let l = 0; l < 32; l++) weights[l] = avX + Math.abs(src[xo + l]!);

@@ -22,6 +22,12 @@ export interface Qkx2Loops {
   readonly prefixL: Float32Array;
   readonly prefixL2: Float32Array;
   readonly prefixXL: Float32Array;
+  /** Σw and Σw·x over the first `n` (from the first element's, as C starts them), at [0] and [1]. */
+  readonly totals: Float32Array;
+  /** Σw and Σw·x into {@link totals}. */
+  readonly sumTotals?: (n: number) => void;
+  /** Σx² over the first `n` values. */
+  readonly squares?: (n: number) => number;
   /** Continues the prefixes from `first` to `n` (the sums of all n at [n]). */
   readonly sums?: (first: number, n: number) => void;
   /** The error of scale `s` and min `m` over the first `n` levels: squared, or absolute when `mad` is 1. */
@@ -35,6 +41,7 @@ const L = 256;
 const PL = 288;
 const PL2 = PL + 33 * 4;
 const PXL = PL2 + 33 * 4;
+const TOTALS = PXL + 33 * 4;
 
 function uleb(value: number): number[] {
   const bytes: number[] = [];
@@ -53,6 +60,11 @@ function uleb(value: number): number[] {
  *
  *     for (i = first; i < n; i++) { l = L[i]; wl = W[i]*l; sl += wl; sl2 += wl*l; sxl += wl*X[i]; P*[i+1] = … }
  *     for (i = 0; i < n; i++) { d = s*L[i] + m - X[i]; d = mad ? fabsf(d) : d*d; e += W[i]*d; } return e;
+ *
+ * and `totals(n)`, `squares(n)` (make_qkx2's Σw, Σw·x from its first element; quantize_row_q4_K's Σx²):
+ *
+ *     sw = W[0]; sx = sw*X[0]; for (i = 1; i < n; i++) { sw += W[i]; sx += W[i]*X[i]; } T[0] = sw; T[1] = sx;
+ *     q = 0; for (i = 0; i < n; i++) q += X[i]*X[i]; return q;
  *
  * Opcodes and encodings: the WebAssembly core specification 2.0, §5.
  */
@@ -98,16 +110,41 @@ function loopsModule(): Uint8Array {
     ...[BR, 0, END, END],
     ...[...get(e), END],
   ];
+  // totals: param n (0); locals a (1, i32: 4·i), sw (2), sx (3) (f32)
+  const [tn, ta, sw, sx] = [0, 1, 2, 3];
+  const totals = [
+    ...[2, 1, 0x7f, 2, 0x7d],
+    ...[...i32(0), ...loadF32(W), LOCAL_TEE, sw, ...i32(0), ...loadF32(X), F32_MUL, ...set(sx), ...i32(4), ...set(ta)],
+    ...[BLOCK, 0x40, LOOP, 0x40],
+    ...[...get(ta), ...get(tn), ...i32(2), I32_SHL, I32_GE_U, BR_IF, 1],
+    ...[...get(sw), ...get(ta), ...loadF32(W), F32_ADD, ...set(sw)],
+    ...[...get(sx), ...get(ta), ...loadF32(W), ...get(ta), ...loadF32(X), F32_MUL, F32_ADD, ...set(sx)],
+    ...[...get(ta), ...i32(4), I32_ADD, ...set(ta)],
+    ...[BR, 0, END, END],
+    ...[...i32(0), ...get(sw), ...storeF32(TOTALS), ...i32(0), ...get(sx), ...storeF32(TOTALS + 4), END],
+  ];
+  // squares: param n (0); locals a (1, i32), q (2, f32)
+  const [qn, qa, q] = [0, 1, 2];
+  const squares = [
+    ...[2, 1, 0x7f, 1, 0x7d],
+    ...[BLOCK, 0x40, LOOP, 0x40],
+    ...[...get(qa), ...get(qn), ...i32(2), I32_SHL, I32_GE_U, BR_IF, 1],
+    ...[...get(q), ...get(qa), ...loadF32(X), ...get(qa), ...loadF32(X), F32_MUL, F32_ADD, ...set(q)],
+    ...[...get(qa), ...i32(4), I32_ADD, ...set(qa)],
+    ...[BR, 0, END, END],
+    ...[...get(q), END],
+  ];
   const section = (id: number, bytes: number[]) => [id, ...uleb(bytes.length), ...bytes];
   const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
+  const code = (body: number[]) => [...uleb(body.length), ...body];
   return new Uint8Array([
     ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
-    // type 0: (i32, i32) -> (); type 1: (f32, f32, i32, i32) -> f32
-    ...section(1, [2, 0x60, 2, 0x7f, 0x7f, 0, 0x60, 4, 0x7d, 0x7d, 0x7f, 0x7f, 1, 0x7d]),
+    // type 0: (i32, i32) -> (); type 1: (f32, f32, i32, i32) -> f32; type 2: (i32) -> (); type 3: (i32) -> f32
+    ...section(1, [4, 0x60, 2, 0x7f, 0x7f, 0, 0x60, 4, 0x7d, 0x7d, 0x7f, 0x7f, 1, 0x7d, 0x60, 1, 0x7f, 0, 0x60, 1, 0x7f, 1, 0x7d]),
     ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0x01, 1, 1]), // one page
-    ...section(3, [2, 0, 1]),
-    ...section(7, [2, ...name("sums"), 0x00, 0, ...name("error"), 0x00, 1]),
-    ...section(10, [2, ...uleb(sums.length), ...sums, ...uleb(error.length), ...error]),
+    ...section(3, [4, 0, 1, 2, 3]),
+    ...section(7, [4, ...name("sums"), 0x00, 0, ...name("error"), 0x00, 1, ...name("totals"), 0x00, 2, ...name("squares"), 0x00, 3]),
+    ...section(10, [4, ...code(sums), ...code(error), ...code(totals), ...code(squares)]),
   ]);
 }
 
@@ -126,6 +163,7 @@ function plain(): Qkx2Loops {
     prefixL: new Float32Array(33),
     prefixL2: new Float32Array(33),
     prefixXL: new Float32Array(33),
+    totals: new Float32Array(2),
   };
 }
 
@@ -149,6 +187,9 @@ export function qkx2Loops(): Qkx2Loops {
       prefixL: new Float32Array(buffer, PL, 33),
       prefixL2: new Float32Array(buffer, PL2, 33),
       prefixXL: new Float32Array(buffer, PXL, 33),
+      totals: new Float32Array(buffer, TOTALS, 2),
+      sumTotals: instance.exports.totals as Qkx2Loops["sumTotals"],
+      squares: instance.exports.squares as Qkx2Loops["squares"],
       sums: instance.exports.sums as Qkx2Loops["sums"],
       error: instance.exports.error as Qkx2Loops["error"],
     };
