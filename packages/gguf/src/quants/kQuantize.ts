@@ -15,8 +15,8 @@ const TENTH = fr(0.1);
 // scratch, reused: quantization never re-enters itself
 /** make_qkx2's float32 sums, in WebAssembly where it runs (its arrays below are views of the module's memory). */
 const loops = qkx2Loops();
-const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL, totals } = loops;
-const { sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares } = loops;
+const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL, totals, shifted: shiftedF32, halfUp } = loops;
+const { sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares, due: wasmDue } = loops;
 const levels = new Uint8Array(256);
 const signedLevels = new Int8Array(256);
 const subScales = new Float32Array(16);
@@ -132,6 +132,9 @@ function errorOf(s: number, m: number, n: number, useMad: boolean, inWasm: boole
 function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8Array, lo: number, rmin: number, nstep: number, useMad: boolean): number {
   // the float32 sums in WebAssembly, but for Q2_K's groups of 16 (absolute errors), where the calls cost what they save
   const inWasm = wasmSums !== undefined && !useMad;
+  // due elements by SIMD (32 lanes at once) where it runs: exact, since a level can grow only once
+  // float32(iscale·v) reaches l + ½; the ceilings' margin serves the double check of the other path
+  const simdDue = inWasm && n === 32 && wasmDue !== undefined;
   // the values and weights as doubles (exact copies of the float32s): the loops below then convert nothing
   for (let i = 0; i < n; i++) {
     const v = x[xo + i]!;
@@ -171,7 +174,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     qkx2Out[0] = -min;
     return 0;
   }
-  for (let i = 0; i < n; i++) shifted[i] = fr(xs[i]! - min);
+  for (let i = 0; i < n; i++) shifted[i] = shiftedF32[i] = fr(xs[i]! - min);
   let momentW = 0;
   let momentX = 0;
   let momentAX = 0;
@@ -223,6 +226,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         changed |= ((diff | -diff) >>> 31) << i;
         laux[i] = l;
         ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
+        halfUp[i] = l < nmax ? l + 0.5 : Number.POSITIVE_INFINITY;
         const w = ws[i]!;
         const xi = xs[i]!;
         mL += w * l;
@@ -236,7 +240,8 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
       // which elements reached their ceiling, as bits: a branch per element would be mispredicted
       // at each of the few that did
       let due = 0;
-      for (let i = 0; i < n; i++) due |= +(iscale * shifted[i]! >= ceiling[i]!) << i;
+      if (simdDue) due = wasmDue!(iscale);
+      else for (let i = 0; i < n; i++) due |= +(iscale * shifted[i]! >= ceiling[i]!) << i;
       while (due !== 0) {
         const i = 31 - Math.clz32(due & -due);
         due &= due - 1;
@@ -254,6 +259,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         mXL += w * xi * step;
         mAXL += w * Math.abs(xi) * step;
         ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
+        halfUp[i] = l < nmax ? l + 0.5 : Number.POSITIVE_INFINITY;
       }
     }
     if (!summed) first = 0;
@@ -298,7 +304,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
         scale = thisScale;
         if (thisMin !== min) {
           min = thisMin;
-          for (let i = 0; i < n; i++) shifted[i] = fr(xs[i]! - min);
+          for (let i = 0; i < n; i++) shifted[i] = shiftedF32[i] = fr(xs[i]! - min);
           fresh = true;
         }
       }

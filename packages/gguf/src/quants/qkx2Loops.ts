@@ -28,6 +28,15 @@ export interface Qkx2Loops {
   readonly sumTotals?: (n: number) => void;
   /** Σx² over the first `n` values. */
   readonly squares?: (n: number) => number;
+  /** x − min of the 32 values, for {@link due}. */
+  readonly shifted: Float32Array;
+  /** Each level's l + ½ (∞ at the top level), for {@link due}. */
+  readonly halfUp: Float32Array;
+  /**
+   * Bit i set where float32(iscale · shifted[i]) ≥ halfUp[i] (of 32 elements): the only ones whose
+   * level can have grown. In WebAssembly SIMD, where it runs.
+   */
+  readonly due?: (iscale: number) => number;
   /** Continues the prefixes from `first` to `n` (the sums of all n at [n]). */
   readonly sums?: (first: number, n: number) => void;
   /** The error of scale `s` and min `m` over the first `n` levels: squared, or absolute when `mad` is 1. */
@@ -42,6 +51,8 @@ const PL = 288;
 const PL2 = PL + 33 * 4;
 const PXL = PL2 + 33 * 4;
 const TOTALS = PXL + 33 * 4;
+const SHIFTED = 1024;
+const HALF_UP = SHIFTED + 128;
 
 function uleb(value: number): number[] {
   const bytes: number[] = [];
@@ -148,11 +159,50 @@ function loopsModule(): Uint8Array {
   ]);
 }
 
+/**
+ * The SIMD module, over the same memory: `due(iscale)`, per four lanes
+ * `i32x4.bitmask(f32x4.ge(f32x4.mul(splat iscale, v128.load SHIFTED+16k), v128.load HALF_UP+16k))`,
+ * shifted left by 4k and or-ed together, for k = 0..7.
+ */
+function dueModule(): Uint8Array {
+  const [LOCAL_GET, LOCAL_SET, I32_CONST, I32_SHL, I32_OR, END] = [0x20, 0x21, 0x41, 0x74, 0x72, 0x0b];
+  const simd = (opcode: number) => [0xfd, ...uleb(opcode)];
+  const [V128_LOAD, F32X4_SPLAT, F32X4_GE, I32X4_BITMASK, F32X4_MUL] = [simd(0x00), simd(0x13), simd(0x46), simd(0xa4), simd(0xe6)];
+  // param iscale (0, f32); locals s (1, v128), mask (2, i32)
+  const body = [2, 1, 0x7b, 1, 0x7f, LOCAL_GET, 0, ...F32X4_SPLAT, LOCAL_SET, 1];
+  for (let k = 0; k < 8; k++) {
+    body.push(LOCAL_GET, 1, I32_CONST, 0, ...V128_LOAD, 4, ...uleb(SHIFTED + 16 * k), ...F32X4_MUL);
+    body.push(I32_CONST, 0, ...V128_LOAD, 4, ...uleb(HALF_UP + 16 * k), ...F32X4_GE, ...I32X4_BITMASK);
+    if (k > 0) body.push(I32_CONST, 4 * k, I32_SHL, LOCAL_GET, 2, I32_OR);
+    body.push(LOCAL_SET, 2);
+  }
+  body.push(LOCAL_GET, 2, END);
+  const section = (id: number, bytes: number[]) => [id, ...uleb(bytes.length), ...bytes];
+  const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
+  return new Uint8Array([
+    ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
+    ...section(1, [1, 0x60, 1, 0x7d, 1, 0x7f]), // type 0: (f32) -> i32
+    ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0x01, 1, 1]),
+    ...section(3, [1, 0]),
+    ...section(7, [1, ...name("due"), 0x00, 0]),
+    ...section(10, [1, ...uleb(body.length), ...body]),
+  ]);
+}
+
 /** The few WebAssembly names used here: the lib settings (ES2022, Node's types) declare none. */
 interface WebAssemblyApi {
   Memory: new (descriptor: { initial: number; maximum: number }) => { readonly buffer: ArrayBuffer };
   Module: new (bytes: Uint8Array) => object;
   Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> };
+}
+
+/** `due` from the SIMD module, or undefined where SIMD is missing. */
+function simdDue(wasm: WebAssemblyApi, memory: object): Qkx2Loops["due"] {
+  try {
+    return new wasm.Instance(new wasm.Module(dueModule()), { env: { mem: memory } }).exports.due as Qkx2Loops["due"];
+  } catch {
+    return undefined;
+  }
 }
 
 function plain(): Qkx2Loops {
@@ -164,6 +214,8 @@ function plain(): Qkx2Loops {
     prefixL2: new Float32Array(33),
     prefixXL: new Float32Array(33),
     totals: new Float32Array(2),
+    shifted: new Float32Array(32),
+    halfUp: new Float32Array(32),
   };
 }
 
@@ -190,6 +242,9 @@ export function qkx2Loops(): Qkx2Loops {
       totals: new Float32Array(buffer, TOTALS, 2),
       sumTotals: instance.exports.totals as Qkx2Loops["sumTotals"],
       squares: instance.exports.squares as Qkx2Loops["squares"],
+      shifted: new Float32Array(buffer, SHIFTED, 32),
+      halfUp: new Float32Array(buffer, HALF_UP, 32),
+      due: simdDue(wasm, memory),
       sums: instance.exports.sums as Qkx2Loops["sums"],
       error: instance.exports.error as Qkx2Loops["error"],
     };
