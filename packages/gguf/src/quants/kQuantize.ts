@@ -16,7 +16,7 @@ const TENTH = fr(0.1);
 /** make_qkx2's float32 sums, in WebAssembly where it runs (its arrays below are views of the module's memory). */
 const loops = qkx2Loops();
 const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL, totals, shifted: shiftedF32, halfUp } = loops;
-const { sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares, due: wasmDue } = loops;
+const { sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares, due: wasmDue, relevel: wasmRelevel } = loops;
 const levels = new Uint8Array(256);
 const signedLevels = new Int8Array(256);
 const subScales = new Float32Array(16);
@@ -215,7 +215,22 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     // max − min again each time: min follows the best candidate so far
     iscale = fr(fr(fr(rmin + fr(TENTH * is)) + nmax) / fr(max - min));
     let first = n;
-    if (fresh || !(iscale > 0)) {
+    if (simdDue && iscale > 0 && fresh) {
+      // the same levels as the loop below, 32 lanes at once; the moments from them
+      const changed = wasmRelevel!(iscale, nmax);
+      mL = mLL = mXL = mAXL = 0;
+      for (let i = 0; i < n; i++) {
+        const l = laux[i]!;
+        const w = ws[i]!;
+        const xi = xs[i]!;
+        mL += w * l;
+        mLL += w * l * l;
+        mXL += w * xi * l;
+        mAXL += w * Math.abs(xi) * l;
+      }
+      if (changed !== 0) first = 31 - Math.clz32(changed & -changed);
+      fresh = false;
+    } else if (fresh || !(iscale > 0)) {
       mL = mLL = mXL = mAXL = 0;
       let changed = 0;
       for (let i = 0; i < n; i++) {

@@ -37,6 +37,12 @@ export interface Qkx2Loops {
    * level can have grown. In WebAssembly SIMD, where it runs.
    */
   readonly due?: (iscale: number) => number;
+  /**
+   * All 32 levels anew for `iscale` (> 0): nearest_int(float32(iscale · shifted[i])) clamped to
+   * 0..nmax into {@link levels}, with {@link halfUp}; returns the bits of the levels that changed.
+   * In WebAssembly SIMD, where it runs.
+   */
+  readonly relevel?: (iscale: number, nmax: number) => number;
   /** Continues the prefixes from `first` to `n` (the sums of all n at [n]). */
   readonly sums?: (first: number, n: number) => void;
   /** The error of scale `s` and min `m` over the first `n` levels: squared, or absolute when `mad` is 1. */
@@ -160,32 +166,83 @@ function loopsModule(): Uint8Array {
 }
 
 /**
- * The SIMD module, over the same memory: `due(iscale)`, per four lanes
- * `i32x4.bitmask(f32x4.ge(f32x4.mul(splat iscale, v128.load SHIFTED+16k), v128.load HALF_UP+16k))`,
- * shifted left by 4k and or-ed together, for k = 0..7.
+ * The SIMD module, over the same memory: `due(iscale)`, per four lanes k = 0..7
+ *
+ *     i32x4.bitmask(f32x4.ge(f32x4.mul(splat iscale, v128.load SHIFTED+16k), v128.load HALF_UP+16k)) << 4k
+ *
+ * or-ed together; and `relevel(iscale, nmax)`, per four lanes l = clamp(trunc_sat(f32x4.nearest(
+ * iscale · shifted)), 0, nmax) (nearest is round half to even, as nearest_int for the products
+ * here, between 0 and nmax + 1), HALF_UP = l = nmax ? ∞ : l + ½, and per sixteen the levels
+ * narrowed to bytes, compared with the old ones (i8x16.ne, bitmask) and stored.
  */
-function dueModule(): Uint8Array {
-  const [LOCAL_GET, LOCAL_SET, I32_CONST, I32_SHL, I32_OR, END] = [0x20, 0x21, 0x41, 0x74, 0x72, 0x0b];
+function simdModule(): Uint8Array {
+  const [LOCAL_GET, LOCAL_SET, I32_CONST, F32_CONST, I32_SHL, I32_OR, END] = [0x20, 0x21, 0x41, 0x43, 0x74, 0x72, 0x0b];
   const simd = (opcode: number) => [0xfd, ...uleb(opcode)];
-  const [V128_LOAD, F32X4_SPLAT, F32X4_GE, I32X4_BITMASK, F32X4_MUL] = [simd(0x00), simd(0x13), simd(0x46), simd(0xa4), simd(0xe6)];
-  // param iscale (0, f32); locals s (1, v128), mask (2, i32)
-  const body = [2, 1, 0x7b, 1, 0x7f, LOCAL_GET, 0, ...F32X4_SPLAT, LOCAL_SET, 1];
-  for (let k = 0; k < 8; k++) {
-    body.push(LOCAL_GET, 1, I32_CONST, 0, ...V128_LOAD, 4, ...uleb(SHIFTED + 16 * k), ...F32X4_MUL);
-    body.push(I32_CONST, 0, ...V128_LOAD, 4, ...uleb(HALF_UP + 16 * k), ...F32X4_GE, ...I32X4_BITMASK);
-    if (k > 0) body.push(I32_CONST, 4 * k, I32_SHL, LOCAL_GET, 2, I32_OR);
-    body.push(LOCAL_SET, 2);
-  }
-  body.push(LOCAL_GET, 2, END);
+  const [V128_LOAD, V128_STORE, I32X4_SPLAT, F32X4_SPLAT, I8X16_NE, I32X4_EQ, F32X4_GE] = [
+    simd(0x00),
+    simd(0x0b),
+    simd(0x11),
+    simd(0x13),
+    simd(0x24),
+    simd(0x37),
+    simd(0x46),
+  ];
+  const [V128_BITSELECT, I8X16_BITMASK, I8X16_NARROW_I16X8_U, F32X4_NEAREST, I16X8_NARROW_I32X4_U] = [
+    simd(0x52),
+    simd(0x64),
+    simd(0x66),
+    simd(0x6a),
+    simd(0x86),
+  ];
+  const [I32X4_BITMASK, I32X4_MIN_S, I32X4_MAX_S, F32X4_ADD, F32X4_MUL, I32X4_TRUNC_SAT_F32X4_S, F32X4_CONVERT_I32X4_S] = [
+    simd(0xa4),
+    simd(0xb6),
+    simd(0xb8),
+    simd(0xe4),
+    simd(0xe6),
+    simd(0xf8),
+    simd(0xfa),
+  ];
+  const f32 = (value: number) => [F32_CONST, ...new Uint8Array(new Float32Array([value]).buffer)];
+  const at = (offset: number) => [I32_CONST, 0, ...V128_LOAD, 4, ...uleb(offset)];
   const section = (id: number, bytes: number[]) => [id, ...uleb(bytes.length), ...bytes];
   const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
+  // due: param iscale (0, f32); locals s (1, v128), mask (2, i32)
+  const due = [2, 1, 0x7b, 1, 0x7f, LOCAL_GET, 0, ...F32X4_SPLAT, LOCAL_SET, 1];
+  for (let k = 0; k < 8; k++) {
+    due.push(LOCAL_GET, 1, ...at(SHIFTED + 16 * k), ...F32X4_MUL, ...at(HALF_UP + 16 * k), ...F32X4_GE, ...I32X4_BITMASK);
+    if (k > 0) due.push(I32_CONST, 4 * k, I32_SHL, LOCAL_GET, 2, I32_OR);
+    due.push(LOCAL_SET, 2);
+  }
+  due.push(LOCAL_GET, 2, END);
+  // relevel: params iscale (0, f32), nmax (1, i32); locals s (2), top (3), l (4), q0..q3 (5–8) (v128), mask (9, i32)
+  const relevel = [2, 7, 0x7b, 1, 0x7f, LOCAL_GET, 0, ...F32X4_SPLAT, LOCAL_SET, 2, LOCAL_GET, 1, ...I32X4_SPLAT, LOCAL_SET, 3];
+  for (let k = 0; k < 8; k++) {
+    relevel.push(LOCAL_GET, 2, ...at(SHIFTED + 16 * k), ...F32X4_MUL, ...F32X4_NEAREST, ...I32X4_TRUNC_SAT_F32X4_S);
+    relevel.push(I32_CONST, 0, ...I32X4_SPLAT, ...I32X4_MAX_S, LOCAL_GET, 3, ...I32X4_MIN_S, LOCAL_SET, 4);
+    // HALF_UP: bitselect(∞, l + ½, l = nmax)
+    relevel.push(I32_CONST, 0, ...f32(Number.POSITIVE_INFINITY), ...F32X4_SPLAT);
+    relevel.push(LOCAL_GET, 4, ...F32X4_CONVERT_I32X4_S, ...f32(0.5), ...F32X4_SPLAT, ...F32X4_ADD);
+    relevel.push(LOCAL_GET, 4, LOCAL_GET, 3, ...I32X4_EQ, ...V128_BITSELECT, ...V128_STORE, 4, ...uleb(HALF_UP + 16 * k));
+    relevel.push(LOCAL_GET, 4, LOCAL_SET, 5 + (k % 4));
+    if (k % 4 === 3) {
+      // sixteen levels as bytes: compared with the old, then stored
+      const offset = L + 4 * (k - 3);
+      relevel.push(I32_CONST, 0);
+      relevel.push(LOCAL_GET, 5, LOCAL_GET, 6, ...I16X8_NARROW_I32X4_U, LOCAL_GET, 7, LOCAL_GET, 8, ...I16X8_NARROW_I32X4_U, ...I8X16_NARROW_I16X8_U);
+      relevel.push(LOCAL_SET, 4, LOCAL_GET, 4, ...at(offset), ...I8X16_NE, ...I8X16_BITMASK);
+      if (k === 7) relevel.push(I32_CONST, 16, I32_SHL, LOCAL_GET, 9, I32_OR);
+      relevel.push(LOCAL_SET, 9, LOCAL_GET, 4, ...V128_STORE, 0, ...uleb(offset));
+    }
+  }
+  relevel.push(LOCAL_GET, 9, END);
   return new Uint8Array([
     ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
-    ...section(1, [1, 0x60, 1, 0x7d, 1, 0x7f]), // type 0: (f32) -> i32
+    ...section(1, [2, 0x60, 1, 0x7d, 1, 0x7f, 0x60, 2, 0x7d, 0x7f, 1, 0x7f]), // type 0: (f32) -> i32; type 1: (f32, i32) -> i32
     ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0x01, 1, 1]),
-    ...section(3, [1, 0]),
-    ...section(7, [1, ...name("due"), 0x00, 0]),
-    ...section(10, [1, ...uleb(body.length), ...body]),
+    ...section(3, [2, 0, 1]),
+    ...section(7, [2, ...name("due"), 0x00, 0, ...name("relevel"), 0x00, 1]),
+    ...section(10, [2, ...uleb(due.length), ...due, ...uleb(relevel.length), ...relevel]),
   ]);
 }
 
@@ -196,12 +253,13 @@ interface WebAssemblyApi {
   Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> };
 }
 
-/** `due` from the SIMD module, or undefined where SIMD is missing. */
-function simdDue(wasm: WebAssemblyApi, memory: object): Qkx2Loops["due"] {
+/** The SIMD module's functions, or none where SIMD is missing. */
+function simdLoops(wasm: WebAssemblyApi, memory: object): Pick<Qkx2Loops, "due" | "relevel"> {
   try {
-    return new wasm.Instance(new wasm.Module(dueModule()), { env: { mem: memory } }).exports.due as Qkx2Loops["due"];
+    const { exports } = new wasm.Instance(new wasm.Module(simdModule()), { env: { mem: memory } });
+    return { due: exports.due as Qkx2Loops["due"], relevel: exports.relevel as Qkx2Loops["relevel"] };
   } catch {
-    return undefined;
+    return {};
   }
 }
 
@@ -244,7 +302,7 @@ export function qkx2Loops(): Qkx2Loops {
       squares: instance.exports.squares as Qkx2Loops["squares"],
       shifted: new Float32Array(buffer, SHIFTED, 32),
       halfUp: new Float32Array(buffer, HALF_UP, 32),
-      due: simdDue(wasm, memory),
+      ...simdLoops(wasm, memory),
       sums: instance.exports.sums as Qkx2Loops["sums"],
       error: instance.exports.error as Qkx2Loops["error"],
     };

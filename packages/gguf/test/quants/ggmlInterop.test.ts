@@ -5,7 +5,7 @@
  * SIMD and JavaScript) on blocks made to meet every edge of roundf and of the f16 scale.
  */
 import { describeGgml, Random } from "@st-convert/testing";
-import { expect, it } from "vitest";
+import { expect, it, vi } from "vitest";
 import { canDequantize, canQuantize, dequantizeRows, GgmlType, ggmlTypeInfo, quantizeRows } from "../../src/quants/index.js";
 import { quantizeQ8_0 } from "../../src/quants/legacy.js";
 import { hasQ8_0Simd, quantizeQ8_0Simd } from "../../src/quants/simdQ8_0.js";
@@ -255,5 +255,45 @@ describeGgml("Q8_0's WebAssembly SIMD and JavaScript kernels against ggml's C", 
     };
     expect(differing(simd)).toEqual([]);
     expect(differing(scalar)).toEqual([]);
+  });
+});
+
+describeGgml("the K-quants' WebAssembly loops, and every kernel without WebAssembly, against ggml's C", (oracle) => {
+  const differingRows = (ours: Uint8Array, expected: Uint8Array, rows: number) => {
+    const rowBytes = expected.length / rows;
+    const differing: number[] = [];
+    for (let r = 0; r < rows && differing.length < 8; r++) {
+      if (!Buffer.from(ours.subarray(r * rowBytes, (r + 1) * rowBytes)).equals(Buffer.from(expected.subarray(r * rowBytes, (r + 1) * rowBytes))))
+        differing.push(r);
+    }
+    return differing;
+  };
+  it.each(["Q4_K", "Q5_K"])("%s: 2,048 random rows (make_qkx2's sums, errors and levels in WebAssembly)", (name) => {
+    const type = (GgmlType as Record<string, number>)[name]!;
+    const info = ggmlTypeInfo(type)!;
+    const rows = randomRows(new Random(0x4b51, type), 2048);
+    const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
+    quantizeRows(type, rows, ours);
+    expect(differingRows(ours, oracle.quantize(type, rows, 256), 2048)).toEqual([]);
+  });
+  it("without WebAssembly (a page whose CSP refuses it), the JavaScript loops give the same bytes", async () => {
+    vi.stubGlobal("WebAssembly", undefined);
+    vi.resetModules();
+    try {
+      const plain = await import("../../src/quants/index.js");
+      for (const name of ["Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]) {
+        const type = (GgmlType as Record<string, number>)[name]!;
+        const info = ggmlTypeInfo(type)!;
+        const rows = randomRows(new Random(0x6a73, type), 128);
+        const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
+        plain.quantizeRows(type, rows, ours);
+        expect(differingRows(ours, oracle.quantize(type, rows, 256), 128), name).toEqual([]);
+      }
+      const { hasQ8_0Simd: hasSimd } = await import("../../src/quants/simdQ8_0.js");
+      expect(hasSimd()).toBe(false);
+    } finally {
+      vi.unstubAllGlobals();
+      vi.resetModules();
+    }
   });
 });
