@@ -81,7 +81,7 @@ describe("the bundled executable, installed", () => {
   it("is strict CommonJS in every file, the entries starting with a shebang", () => {
     const dist = join(cliDir, "dist");
     const files = [
-      ...["st-convert.cjs", "st-convert-worker.cjs"].map((f) => join(dist, f)),
+      ...["st-convert.cjs", "st-convert-worker.cjs", "st-convert-kernels.cjs"].map((f) => join(dist, f)),
       ...readdirSync(join(dist, "chunks"))
         .filter((f) => f.endsWith(".cjs"))
         .map((f) => join(dist, "chunks", f)),
