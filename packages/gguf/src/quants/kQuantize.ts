@@ -193,8 +193,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
   moments[3] = momentXX;
   let iscale = fr(nmax / fr(max - min));
   let scale = fr(1 / iscale);
-  for (let i = 0; i < n; i++) laux[i] = level(fr(iscale * shifted[i]!), nmax);
-  L.set(laux.subarray(0, n), lo);
+  for (let i = 0; i < n; i++) L[lo + i] = laux[i] = level(fr(iscale * shifted[i]!), nmax);
   let bestError = errorOf(scale, min, n, useMad, inWasm);
   if (nstep < 1) {
     qkx2Out[0] = -min;
@@ -551,7 +550,7 @@ function kScalesAndLevels(src: Float32Array, x: number, dst: Uint8Array, o: numb
     const xo = x + 32 * j;
     let sumX2 = 0;
     if (wasmSquares !== undefined) {
-      xf.set(src.subarray(xo, xo + 32));
+      for (let l = 0; l < 32; l++) xf[l] = src[xo + l]!;
       sumX2 = wasmSquares(32);
     } else {
       for (let l = 0; l < 32; l++) {
