@@ -58,6 +58,8 @@ interface Thread {
   busy: number;
   /** True once its modules are loaded, false if it failed before. */
   readonly ready: Promise<boolean>;
+  /** False once it stopped (an error, an exit): it takes no more calls. */
+  alive: boolean;
 }
 
 interface Call {
@@ -66,7 +68,10 @@ interface Call {
   reject(error: Error): void;
 }
 
-/** A {@link KernelPool} of worker threads, started on its first call; `close()` ends them. */
+/**
+ * A {@link KernelPool} of worker threads, started on its first call; `close()` ends them (until
+ * then they keep the process alive, as the calls in flight must).
+ */
 export class WorkerKernelPool implements KernelPool {
   readonly threads: number;
   #started: Thread[] | undefined;
@@ -88,10 +93,12 @@ export class WorkerKernelPool implements KernelPool {
       // No thread could start (the module is missing, as when run from sources): the kernel runs here.
       return (await findKernel(FORMATS, format, kernel))(...args);
     }
-    // the thread with the fewest calls waiting (ties to the first): calls are alike
+    // the live thread with the fewest calls waiting (ties to the first): calls are alike
     let thread: Thread | undefined;
-    for (const t of threads) if ((await t.ready) && (thread === undefined || t.busy < thread.busy)) thread = t;
-    const chosen = thread!;
+    for (const t of threads) if (t.alive && (await t.ready) && (thread === undefined || t.busy < thread.busy)) thread = t;
+    // Every thread that loaded has stopped since (a bug, or memory): the calls fail rather than wait forever.
+    if (thread === undefined) throw new Error("the kernel threads stopped");
+    const chosen = thread;
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
       this.#calls.set(id, { thread: chosen, resolve, reject });
@@ -108,9 +115,8 @@ export class WorkerKernelPool implements KernelPool {
     this.#started = Array.from({ length: this.threads }, () => {
       const worker = new Worker(url);
       let loaded: (ok: boolean) => void = () => {};
-      const thread: Thread = { worker, busy: 0, ready: new Promise((resolve) => (loaded = resolve)) };
-      // Never what keeps the process alive: close() ends them, and an unclosed pool must not hang the command.
-      worker.unref();
+      const thread: Thread = { worker, busy: 0, ready: new Promise((resolve) => (loaded = resolve)), alive: true };
+      // Kept referenced: the caller waits for their answers, and close() (in the conversion's finally) ends them.
       worker.on("message", (answer: KernelAnswer) => {
         if (answer.id === READY) {
           loaded(true);
@@ -124,6 +130,7 @@ export class WorkerKernelPool implements KernelPool {
         else call.resolve(answer.result);
       });
       const lost = (error: Error) => {
+        thread.alive = false;
         loaded(false);
         for (const [id, call] of this.#calls) {
           if (call.thread !== thread) continue;
@@ -138,7 +145,7 @@ export class WorkerKernelPool implements KernelPool {
     return this.#started;
   }
 
-  /** Ends the threads (calls still running are rejected). Safe to call more than once. */
+  /** Ends the threads (calls still running are rejected). Safe to call more than once; the owner must call it. */
   async close(): Promise<void> {
     this.#closed = true;
     const started = this.#started ?? [];
