@@ -2,7 +2,9 @@
  * K-quant quantization byte for byte as ggml's `quantize_row_q{2..6}_K_ref` (what `ggml_quantize_chunk`
  * runs without an importance matrix). The scale searches are float32 arithmetic whose result depends on
  * every rounding, so each C operation is one `Math.fround` here, in C's order (ggml-base is built
- * without FMA: `a*b + c` is two roundings), and `nearest_int` is ggml's round-half-even trick.
+ * without FMA: `a*b + c` is two roundings), and `nearest_int` is ggml's round-half-even trick. For
+ * Q4_K and Q5_K, make_qkx2's float32 sums, errors and levels run in WebAssembly (qkx2Loops.ts: its
+ * float32 operations are C's, one instruction each), with these loops where it cannot.
  */
 import { floatToHalf, halfToFloatTable, nearestInt } from "./floatBits.js";
 import { qkx2Loops } from "./qkx2Loops.js";
@@ -13,7 +15,7 @@ const GROUP_MAX_EPS = fr(1e-15);
 const TENTH = fr(0.1);
 
 // scratch, reused: quantization never re-enters itself
-/** make_qkx2's float32 sums, in WebAssembly where it runs (its arrays below are views of the module's memory). */
+/** make_qkx2's loops in WebAssembly where it runs (its arrays below are then views of the modules' memory). */
 const loops = qkx2Loops();
 const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL, totals, shifted: shiftedF32, halfUp } = loops;
 const { sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares, due: wasmDue, relevel: wasmRelevel } = loops;

@@ -1,13 +1,16 @@
 /**
- * The two float32 accumulation loops of ggml's `make_qkx2_quants` in WebAssembly (scalar, no SIMD):
- * the running sums Σw·l, Σw·l², Σw·l·x (with their prefixes, kept for the next candidate) and the
- * error Σw·(s·l + m − x)² (or |…| for Q2_K). Each step of those sums depends on the one before, and
- * in JavaScript a float32 addition is an addition and two conversions (`Math.fround`), three times
- * the latency of wasm's `f32.add`; the operations and their order are C's, so the bits are too.
+ * ggml's `make_qkx2_quants` loops in WebAssembly, for Q4_K and Q5_K. Scalar (any engine with
+ * WebAssembly): the float32 running sums Σw·l, Σw·l², Σw·l·x (with their prefixes, kept for the next
+ * candidate), Σw and Σw·x, Q4_K's Σx², and the error Σw·(s·l + m − x)² (or |…|). Each step of those
+ * sums depends on the one before, and in JavaScript a float32 addition is an addition and two
+ * conversions (`Math.fround`), three times the latency of wasm's `f32.add`; the operations and their
+ * order are C's, so the bits are too. SIMD (where the engine has it): a candidate's levels anew, and
+ * which elements' levels can have grown since the last candidate, 32 lanes at once.
  *
- * The loops work on arrays in the module's memory, which kQuantize.ts fills through the views
+ * The loops work on arrays in the modules' memory, which kQuantize.ts fills through the views
  * {@link Qkx2Loops} gives. Where WebAssembly is missing or refused (a page's CSP), `qkx2Loops()`
- * returns plain arrays and no functions, and kQuantize.ts runs the same loops in JavaScript.
+ * returns plain arrays and no functions, and kQuantize.ts runs the same loops in JavaScript (and
+ * where only SIMD is missing, those two).
  */
 
 /** The arrays the loops read and write (views of the module's memory, or plain arrays without it). */

@@ -276,6 +276,40 @@ describeGgml("the K-quants' WebAssembly loops, and every kernel without WebAssem
     quantizeRows(type, rows, ours);
     expect(differingRows(ours, oracle.quantize(type, rows, 256), 2048)).toEqual([]);
   });
+  it("with WebAssembly but without its SIMD, the scalar module and the JavaScript loops give the same bytes", async () => {
+    // An engine without SIMD refuses a module that uses it. The stand-in compiles only the scalar
+    // module (the one exporting "sums"), and refuses the SIMD ones (Q8_0's, and the loops' "due").
+    type Api = { Module: new (bytes: Uint8Array) => object; Memory: unknown; Instance: unknown; CompileError: new (message: string) => Error };
+    const wasm = (globalThis as unknown as { WebAssembly: Api }).WebAssembly;
+    const scalarOnly = Buffer.from("sums");
+    // a constructor, as the real one (an arrow function cannot be called with `new`)
+    const Module = new Proxy(wasm.Module, {
+      construct(target, [bytes]: [Uint8Array]) {
+        if (!Buffer.from(bytes).includes(scalarOnly)) throw new wasm.CompileError("SIMD is not supported here");
+        return new target(bytes);
+      },
+    });
+    // (the namespace's members are not enumerable: named one by one)
+    vi.stubGlobal("WebAssembly", { Module, Memory: wasm.Memory, Instance: wasm.Instance, CompileError: wasm.CompileError });
+    vi.resetModules();
+    try {
+      const { qkx2Loops } = await import("../../src/quants/qkx2Loops.js");
+      const loops = qkx2Loops();
+      expect([loops.sums !== undefined, loops.due !== undefined, loops.relevel !== undefined]).toEqual([true, false, false]);
+      const scalar = await import("../../src/quants/index.js");
+      for (const name of ["Q8_0", "Q4_K", "Q5_K"]) {
+        const type = (GgmlType as Record<string, number>)[name]!;
+        const info = ggmlTypeInfo(type)!;
+        const rows = randomRows(new Random(0x5c41, type), 256);
+        const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
+        scalar.quantizeRows(type, rows, ours);
+        expect(differingRows(ours, oracle.quantize(type, rows, 256), 256), name).toEqual([]);
+      }
+    } finally {
+      vi.unstubAllGlobals();
+      vi.resetModules();
+    }
+  });
   it("without WebAssembly (a page whose CSP refuses it), the JavaScript loops give the same bytes", async () => {
     vi.stubGlobal("WebAssembly", undefined);
     vi.resetModules();
