@@ -11,8 +11,11 @@
  * Per block of 32 floats: amax is the largest |x| as bits (unsigned integer order is float order
  * for non-negative floats; a NaN's bits are above infinity's, which sends the block to JavaScript),
  * d = amax / 127, id = d ≠ 0 ? 1/d : 0, d stored as ggml's f16 (round to nearest even, infinity
- * past 65504, subnormals exact), and each q = roundf(x·id): trunc, plus ±1 where the dropped
- * fraction is at least ½ (the fraction of a float32 is exact).
+ * past 65504, subnormals exact), and each q = roundf(x·id) as trunc(p + copysign(½⁻, p)), ½⁻ the
+ * float below ½ (0x3EFFFFFF): for |p| < 2^23 the float32 sum rounds onto the next integer exactly
+ * when p's fraction is ½ or more (at p = ½ itself, 1 − 2^-25 is a tie that goes to the even 1),
+ * and stays below it otherwise (the gap is then at least an ulp of p); ½ itself would take 0.49999997
+ * to 1.
  */
 import { LITTLE_ENDIAN } from "@st-convert/core";
 
@@ -61,7 +64,7 @@ function sleb(value: number): number[] {
  *     else:
  *       i32.store16 dst (f16 bits of d: 0x7C00 from 0x477FF000; below 0x38800000 nearest(d·2^24);
  *                        else (bits − 0x38000000 + 0xFFF + ((bits >> 13) & 1)) >> 13)
- *       for each vk: p = vk · splat(id); q = trunc_sat(p) + ((|p − trunc(p)| ≥ ½) & ((p >>s 31) | 1))
+ *       for each vk: p = vk · splat(id); q = trunc_sat(p + copysign(0.49999997, p))
  *       narrow the 32 int32s to int8 (i16x8.narrow_i32x4_s, i8x16.narrow_i16x8_s), stored at dst+2, dst+18
  *     src += 128; dst += 34
  *
@@ -84,27 +87,20 @@ function q8Module(): Uint8Array {
     simd(0x13),
     simd(0x1b),
   ];
-  const [F32X4_GE, V128_AND, V128_OR, I8X16_NARROW_I16X8_S, F32X4_TRUNC, I16X8_NARROW_I32X4_S] = [
-    simd(0x46),
+  const [V128_AND, V128_OR, I8X16_NARROW_I16X8_S, I16X8_NARROW_I32X4_S, I32X4_MAX_U, F32X4_ADD, F32X4_MUL, I32X4_TRUNC_SAT_F32X4_S] = [
     simd(0x4e),
     simd(0x50),
     simd(0x65),
-    simd(0x69),
     simd(0x85),
-  ];
-  const [I32X4_SHR_S, I32X4_ADD, I32X4_MAX_U, F32X4_ABS, F32X4_SUB, F32X4_MUL, I32X4_TRUNC_SAT_F32X4_S] = [
-    simd(0xac),
-    simd(0xae),
     simd(0xb9),
-    simd(0xe0),
-    simd(0xe5),
+    simd(0xe4),
     simd(0xe6),
     simd(0xf8),
   ];
-  // locals: the four parameters; b, m, count, bits (i32); d, id (f32); v0..v7, t, splat(id), the abs mask, splat ½, splat 1 (v128)
+  // locals: the four parameters; b, m, count, bits (i32); d, id (f32); v0..v7, t, splat(id), the abs mask, splat(the float below ½), the sign mask (v128)
   const [src, dst, blocks, list, b, m, count, bits, d, id] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
   const v = (k: number) => 10 + k;
-  const [t, vid, abs, half, one] = [18, 19, 20, 21, 22];
+  const [t, vid, abs, belowHalf, sign] = [18, 19, 20, 21, 22];
   const get = (local: number) => [LOCAL_GET, local];
   const set = (local: number) => [LOCAL_SET, local];
   const i32 = (value: number) => [I32_CONST, ...sleb(value)];
@@ -117,7 +113,7 @@ function q8Module(): Uint8Array {
       else code.push(...part);
     }
   };
-  emit(i32(0x7fffffff), I32X4_SPLAT, set(abs), f32(0.5), F32X4_SPLAT, set(half), i32(1), I32X4_SPLAT, set(one));
+  emit(i32(0x7fffffff), I32X4_SPLAT, set(abs), i32(0x3effffff), I32X4_SPLAT, set(belowHalf), i32(0x80000000 | 0), I32X4_SPLAT, set(sign));
   emit(BLOCK, 0x40, LOOP, 0x40);
   emit(get(b), get(blocks), I32_GE_U, BR_IF, 1);
   // memarg: alignment 2^0 (src + 128·b is aligned, but the hint does not matter), then the offset
@@ -139,9 +135,7 @@ function q8Module(): Uint8Array {
   emit(get(bits), i32(0x38000000), I32_SUB, i32(0x0fff), I32_ADD, get(bits), i32(13), I32_SHR_U, i32(1), I32_AND, I32_ADD, i32(13), I32_SHR_U);
   emit(END, END, I32_STORE16, 1, 0);
   for (let k = 0; k < 8; k++) {
-    emit(get(v(k)), get(vid), F32X4_MUL, LOCAL_TEE, t, I32X4_TRUNC_SAT_F32X4_S);
-    emit(get(t), get(t), F32X4_TRUNC, F32X4_SUB, F32X4_ABS, get(half), F32X4_GE);
-    emit(get(t), i32(31), I32X4_SHR_S, get(one), V128_OR, V128_AND, I32X4_ADD);
+    emit(get(v(k)), get(vid), F32X4_MUL, LOCAL_TEE, t, get(t), get(sign), V128_AND, get(belowHalf), V128_OR, F32X4_ADD, I32X4_TRUNC_SAT_F32X4_S);
     if (k % 2 === 1) emit(I16X8_NARROW_I32X4_S);
     if (k % 4 === 3) emit(I8X16_NARROW_I16X8_S, set(t), get(dst), get(t), V128_STORE, 0, uleb(k === 3 ? 2 : 18));
   }
