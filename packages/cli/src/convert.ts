@@ -140,143 +140,140 @@ export async function convertInto(
   };
   const threads = options.kernelThreads ?? Math.min(availableParallelism(), MAX_KERNEL_THREADS);
   const kernelPool = outputFormat.kernels !== undefined && threads > 1 ? new WorkerKernelPool(threads) : undefined;
-  try {
-    return await withSource(
-      await resolveInput(input, formats),
-      async (source, openSibling) => {
-        const { format: inputFormat, tensors } = await openInput(
-          source,
-          inputName,
-          { ...options, onWarning: undefined },
-          formats,
-          openSibling,
-          warnFor(inputName),
-          outputFormat.name,
-        );
-        for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
-        const tied = tiedWeightsNotice(tensors.selected, outputFormat.name);
-        if (tied !== undefined) warnFor(outputName)(tied);
-        checkSomethingToWrite(tensors, options, warnings.length > 0);
-        if (options.verify === true && typeof output !== "string") {
-          throw new StConvertError("InvalidOption", "--verify reads the output back; name a file as the output, not a stream");
-        }
-        const digesting = options.verify === true || options.digest === true ? digestingSource(tensors.selected) : undefined;
-        const observed = observe(digesting?.source ?? tensors.selected, options.signal, options.onProgress);
-        /** The digest of what was written, after the output was read back and compared when asked. */
-        const checked = async (files: readonly string[], written: string, format: TensorFormat | undefined): Promise<string | undefined> => {
-          if (digesting === undefined) return undefined;
-          try {
-            const digests = digesting.digests();
-            if (options.verify === true) await verifyWritten(written, format, digests, options);
-            return checkpointDigest(digests);
-          } catch (error) {
-            await removeOutput(files);
-            throw withContext(error, { file: written });
-          }
-        };
-        const result = {
-          input: inputName,
-          output: outputName,
-          inputFormat: inputFormat.name,
-          outputFormat: outputFormat.name,
-          tensors: tensors.selected.tensors.length,
-          bytes: 0,
-          warnings,
-          files: [outputName],
-        };
-        if (sharding !== undefined) {
-          // A notice every shard's writer gives alike (metadata a format has no place for) is said once.
-          const noticed = new Set<string>();
-          try {
-            const splitSet = outputFormat.splitSet;
-            const written = await writeShards(observed.source, sharding.target, split ?? sharding.maxShardSize, {
-              force: options.force ?? false,
-              splitSet:
-                splitSet === undefined
-                  ? undefined
-                  : (source, weightsName) =>
-                      splitSet.plan(source, sharding.maxShardSize, weightsName, {
-                        options: options.formatOptions ?? {},
-                        onWarning: warnFor(join(sharding.target.dir, weightsName)),
-                        fileName: join(sharding.target.dir, weightsName),
-                        kernelPool,
-                      }),
-              write: async (part, sink, fileName) => {
-                const onWarning = (message: string) => {
-                  if (noticed.has(message)) return;
-                  noticed.add(message);
-                  warnFor(fileName)(message);
-                };
-                await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning, fileName, kernelPool });
-                options.signal?.throwIfAborted();
-              },
-              aliasesOf: async (path, fileName) => {
-                const file = await openFileSource(path);
-                try {
-                  return Object.keys((await outputFormat.open(file, { options: {}, fileName })).aliases ?? {});
-                } finally {
-                  await file.close();
-                }
-              },
-            });
-            for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
-            const digest = await checked(written.files, written.output, undefined);
-            return { ...result, output: written.output, files: written.files, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
-          } catch (error) {
-            throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
-          }
-        }
-        if (outputFormat.writeFolder !== undefined) {
-          if (typeof output !== "string")
-            throw new StConvertError("InvalidOption", `${outputFormat.name} writes a folder; name one as the output, not a stream`);
-          const { writeFolderOutput } = await import("./folderOutput.js");
-          try {
-            const files = await writeFolderOutput(output, options.force ?? false, async (open) => {
-              await outputFormat.writeFolder!(observed.source, open, {
-                options: options.formatOptions ?? {},
-                onWarning: warnFor(outputName),
-                fileName: outputName,
-              });
-              options.signal?.throwIfAborted();
-            });
-            return { ...result, files, bytes: observed.done() };
-          } catch (error) {
-            throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
-          }
-        }
-        if (typeof output === "string" && options.removeStale !== false) {
-          // Left by a run that was killed (SIGKILL, a crash, a power cut): its process is gone.
-          for (const stale of await removeStaleTempFiles(output).catch(() => [])) {
-            warnFor(output)(`removed ${stale}, a temporary file left by an interrupted run`);
-          }
-        }
-        const sink = typeof output === "string" ? await createFileSink(output, { force: options.force ?? false, absent: outputAbsent }) : output;
+  const converting = withSource(
+    await resolveInput(input, formats),
+    async (source, openSibling) => {
+      const { format: inputFormat, tensors } = await openInput(
+        source,
+        inputName,
+        { ...options, onWarning: undefined },
+        formats,
+        openSibling,
+        warnFor(inputName),
+        outputFormat.name,
+      );
+      for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
+      const tied = tiedWeightsNotice(tensors.selected, outputFormat.name);
+      if (tied !== undefined) warnFor(outputName)(tied);
+      checkSomethingToWrite(tensors, options, warnings.length > 0);
+      if (options.verify === true && typeof output !== "string") {
+        throw new StConvertError("InvalidOption", "--verify reads the output back; name a file as the output, not a stream");
+      }
+      const digesting = options.verify === true || options.digest === true ? digestingSource(tensors.selected) : undefined;
+      const observed = observe(digesting?.source ?? tensors.selected, options.signal, options.onProgress);
+      /** The digest of what was written, after the output was read back and compared when asked. */
+      const checked = async (files: readonly string[], written: string, format: TensorFormat | undefined): Promise<string | undefined> => {
+        if (digesting === undefined) return undefined;
         try {
-          await outputFormat.write(observed.source, sink, {
-            options: options.formatOptions ?? {},
-            onWarning: warnFor(outputName),
-            fileName: outputName,
-            kernelPool,
-          });
-          options.signal?.throwIfAborted();
-          await sink.close();
+          const digests = digesting.digests();
+          if (options.verify === true) await verifyWritten(written, format, digests, options);
+          return checkpointDigest(digests);
         } catch (error) {
-          await sink.abort();
+          await removeOutput(files);
+          throw withContext(error, { file: written });
+        }
+      };
+      const result = {
+        input: inputName,
+        output: outputName,
+        inputFormat: inputFormat.name,
+        outputFormat: outputFormat.name,
+        tensors: tensors.selected.tensors.length,
+        bytes: 0,
+        warnings,
+        files: [outputName],
+      };
+      if (sharding !== undefined) {
+        // A notice every shard's writer gives alike (metadata a format has no place for) is said once.
+        const noticed = new Set<string>();
+        try {
+          const splitSet = outputFormat.splitSet;
+          const written = await writeShards(observed.source, sharding.target, split ?? sharding.maxShardSize, {
+            force: options.force ?? false,
+            splitSet:
+              splitSet === undefined
+                ? undefined
+                : (source, weightsName) =>
+                    splitSet.plan(source, sharding.maxShardSize, weightsName, {
+                      options: options.formatOptions ?? {},
+                      onWarning: warnFor(join(sharding.target.dir, weightsName)),
+                      fileName: join(sharding.target.dir, weightsName),
+                      kernelPool,
+                    }),
+            write: async (part, sink, fileName) => {
+              const onWarning = (message: string) => {
+                if (noticed.has(message)) return;
+                noticed.add(message);
+                warnFor(fileName)(message);
+              };
+              await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning, fileName, kernelPool });
+              options.signal?.throwIfAborted();
+            },
+            aliasesOf: async (path, fileName) => {
+              const file = await openFileSource(path);
+              try {
+                return Object.keys((await outputFormat.open(file, { options: {}, fileName })).aliases ?? {});
+              } finally {
+                await file.close();
+              }
+            },
+          });
+          for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
+          const digest = await checked(written.files, written.output, undefined);
+          return { ...result, output: written.output, files: written.files, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
+        } catch (error) {
           throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
         }
-        const digest =
-          typeof output === "string"
-            ? await checked([output], output, outputFormat)
-            : digesting === undefined
-              ? undefined
-              : checkpointDigest(digesting.digests());
-        return { ...result, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
-      },
-      { ...options.remote, signal: options.signal },
-    );
-  } finally {
-    await kernelPool?.close();
-  }
+      }
+      if (outputFormat.writeFolder !== undefined) {
+        if (typeof output !== "string") throw new StConvertError("InvalidOption", `${outputFormat.name} writes a folder; name one as the output, not a stream`);
+        const { writeFolderOutput } = await import("./folderOutput.js");
+        try {
+          const files = await writeFolderOutput(output, options.force ?? false, async (open) => {
+            await outputFormat.writeFolder!(observed.source, open, {
+              options: options.formatOptions ?? {},
+              onWarning: warnFor(outputName),
+              fileName: outputName,
+            });
+            options.signal?.throwIfAborted();
+          });
+          return { ...result, files, bytes: observed.done() };
+        } catch (error) {
+          throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
+        }
+      }
+      if (typeof output === "string" && options.removeStale !== false) {
+        // Left by a run that was killed (SIGKILL, a crash, a power cut): its process is gone.
+        for (const stale of await removeStaleTempFiles(output).catch(() => [])) {
+          warnFor(output)(`removed ${stale}, a temporary file left by an interrupted run`);
+        }
+      }
+      const sink = typeof output === "string" ? await createFileSink(output, { force: options.force ?? false, absent: outputAbsent }) : output;
+      try {
+        await outputFormat.write(observed.source, sink, {
+          options: options.formatOptions ?? {},
+          onWarning: warnFor(outputName),
+          fileName: outputName,
+          kernelPool,
+        });
+        options.signal?.throwIfAborted();
+        await sink.close();
+      } catch (error) {
+        await sink.abort();
+        throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
+      }
+      const digest =
+        typeof output === "string"
+          ? await checked([output], output, outputFormat)
+          : digesting === undefined
+            ? undefined
+            : checkpointDigest(digesting.digests());
+      return { ...result, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
+    },
+    { ...options.remote, signal: options.signal },
+  );
+  // The threads (started only if the format ran a kernel) end with the conversion, whatever its outcome.
+  return kernelPool === undefined ? converting : converting.finally(() => kernelPool.close());
 }
 
 /**
