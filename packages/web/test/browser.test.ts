@@ -282,6 +282,24 @@ describeBrowser("the converter page in Chromium", () => {
     expect(Buffer.from(result.output!).equals(readFileSync(join(work, "out", "dcp.safetensors")))).toBe(true);
   });
 
+  it("quantizes as --quantize does, byte for byte (Q8_0 in WebAssembly SIMD, Q4_K's loops in WebAssembly)", async () => {
+    // the input: gguf-py's quant.gguf dequantized to F32 by the command (2-D tensors of whole blocks)
+    const input = join(work, "dequantized.safetensors");
+    const dequantized = spawnSync(process.execPath, [CLI_PATH, fixturePath("gguf", "quant.gguf"), input, "--force", "--quiet"], { encoding: "utf8" });
+    expect(dequantized.status, dequantized.stderr).toBe(0);
+    const rules = ["Q8_0", "q4_k:Q4_K"];
+    const cli = spawnSync(process.execPath, [CLI_PATH, input, join(work, "out", "quantized.gguf"), ...rules.flatMap((r) => ["--quantize", r]), "--force"], {
+      encoding: "utf8",
+    });
+    expect(cli.status, cli.stderr).toBe(0);
+    expect(await pick(page, input)).toBe("ready");
+    await page.selectOption("select[name=to]", "gguf");
+    await page.fill('input[name="option.quantize"]', rules.join(" "));
+    const result = await convertInPage(page, "gguf", {});
+    expect(result.state, result.errorLine).toBe("done");
+    expect(Buffer.from(result.output!).equals(readFileSync(join(work, "out", "quantized.gguf")))).toBe(true);
+  });
+
   it("shows the format options that reading the file or writing the chosen format takes, and no other", async () => {
     const shown = async () =>
       (await page.locator("#format-options label:visible").evaluateAll((ls) => ls.map((l) => (l as HTMLElement).dataset.option))).sort();
