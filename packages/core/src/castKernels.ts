@@ -35,6 +35,7 @@ import type { Dtype } from "./dtypes.js";
 import { CAST_OPS, kernels } from "./kernels.js";
 import { StConvertError } from "./StConvertError.js";
 import { LITTLE_ENDIAN } from "./swapBytes.js";
+import { WASM_HEADER, sleb, uleb, wasmName, wasmSection } from "./wasmBytes.js";
 
 /** The float dtypes st-convert casts between. */
 export const FLOAT_CAST_DTYPES = [
@@ -594,41 +595,14 @@ function bf16Module(): Uint8Array {
     ...[...get(src), ...get(end), I32_LT_U, BR_IF, 0],
     ...[END, END],
   ];
-  const section = (id: number, bytes: number[]) => [id, ...uleb(bytes.length), ...bytes];
-  const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
   return new Uint8Array([
-    ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
-    ...section(1, [1, 0x60, 3, 0x7f, 0x7f, 0x7f, 0]), // type 0: (i32, i32, i32) -> ()
-    ...section(2, [1, ...name("env"), ...name("memory"), 0x02, 0x01, ...uleb(SIMD_PAGES), ...uleb(SIMD_PAGES)]), // memory of exactly SIMD_PAGES
-    ...section(3, [1, 0]), // function 0 has type 0
-    ...section(7, [1, ...name("run"), 0x00, 0]), // export function 0 as "run"
-    ...section(10, [1, ...uleb(body.length), ...body]),
+    ...WASM_HEADER,
+    ...wasmSection(1, [1, 0x60, 3, 0x7f, 0x7f, 0x7f, 0]), // type 0: (i32, i32, i32) -> ()
+    ...wasmSection(2, [1, ...wasmName("env"), ...wasmName("memory"), 0x02, 0x01, ...uleb(SIMD_PAGES), ...uleb(SIMD_PAGES)]), // memory of exactly SIMD_PAGES
+    ...wasmSection(3, [1, 0]), // function 0 has type 0
+    ...wasmSection(7, [1, ...wasmName("run"), 0x00, 0]), // export function 0 as "run"
+    ...wasmSection(10, [1, ...uleb(body.length), ...body]),
   ]);
-}
-
-function uleb(value: number): number[] {
-  const bytes: number[] = [];
-  let rest = value >>> 0;
-  do {
-    const byte = rest & 0x7f;
-    rest >>>= 7;
-    bytes.push(rest === 0 ? byte : byte | 0x80);
-  } while (rest !== 0);
-  return bytes;
-}
-
-function sleb(value: number): number[] {
-  const bytes: number[] = [];
-  let rest = value | 0;
-  for (;;) {
-    const byte = rest & 0x7f;
-    rest >>= 7;
-    if ((rest === 0 && (byte & 0x40) === 0) || (rest === -1 && (byte & 0x40) !== 0)) {
-      bytes.push(byte);
-      return bytes;
-    }
-    bytes.push(byte | 0x80);
-  }
 }
 
 /** float32 magnitudes (bits) whose F16 is normal and finite: 2^-14 ≤ |x| < 65520. */

@@ -12,6 +12,7 @@
  * returns plain arrays and no functions, and kQuantize.ts runs the same loops in JavaScript (and
  * where only SIMD is missing, those two).
  */
+import { WASM_HEADER, uleb, wasmName, wasmSection } from "@st-convert/core";
 
 /** The arrays the loops read and write (views of the module's memory, or plain arrays without it). */
 export interface Qkx2Loops {
@@ -62,17 +63,6 @@ const PXL = PL2 + 33 * 4;
 const TOTALS = PXL + 33 * 4;
 const SHIFTED = 1024;
 const HALF_UP = SHIFTED + 128;
-
-function uleb(value: number): number[] {
-  const bytes: number[] = [];
-  let rest = value >>> 0;
-  do {
-    const byte = rest & 0x7f;
-    rest >>>= 7;
-    bytes.push(rest === 0 ? byte : byte | 0x80);
-  } while (rest !== 0);
-  return bytes;
-}
 
 /**
  * The module: `sums(first, n)` and `error(s, m, n, mad)` over the arrays at W, X, L, PL, PL2, PXL
@@ -154,17 +144,15 @@ function loopsModule(): Uint8Array {
     ...[BR, 0, END, END],
     ...[...get(q), END],
   ];
-  const section = (id: number, bytes: number[]) => [id, ...uleb(bytes.length), ...bytes];
-  const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
   const code = (body: number[]) => [...uleb(body.length), ...body];
   return new Uint8Array([
-    ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
+    ...WASM_HEADER,
     // type 0: (i32, i32) -> (); type 1: (f32, f32, i32, i32) -> f32; type 2: (i32) -> (); type 3: (i32) -> f32
-    ...section(1, [4, 0x60, 2, 0x7f, 0x7f, 0, 0x60, 4, 0x7d, 0x7d, 0x7f, 0x7f, 1, 0x7d, 0x60, 1, 0x7f, 0, 0x60, 1, 0x7f, 1, 0x7d]),
-    ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0x01, 1, 1]), // one page
-    ...section(3, [4, 0, 1, 2, 3]),
-    ...section(7, [4, ...name("sums"), 0x00, 0, ...name("error"), 0x00, 1, ...name("totals"), 0x00, 2, ...name("squares"), 0x00, 3]),
-    ...section(10, [4, ...code(sums), ...code(error), ...code(totals), ...code(squares)]),
+    ...wasmSection(1, [4, 0x60, 2, 0x7f, 0x7f, 0, 0x60, 4, 0x7d, 0x7d, 0x7f, 0x7f, 1, 0x7d, 0x60, 1, 0x7f, 0, 0x60, 1, 0x7f, 1, 0x7d]),
+    ...wasmSection(2, [1, ...wasmName("env"), ...wasmName("mem"), 0x02, 0x01, 1, 1]), // one page
+    ...wasmSection(3, [4, 0, 1, 2, 3]),
+    ...wasmSection(7, [4, ...wasmName("sums"), 0x00, 0, ...wasmName("error"), 0x00, 1, ...wasmName("totals"), 0x00, 2, ...wasmName("squares"), 0x00, 3]),
+    ...wasmSection(10, [4, ...code(sums), ...code(error), ...code(totals), ...code(squares)]),
   ]);
 }
 
@@ -208,8 +196,6 @@ function simdModule(): Uint8Array {
   ];
   const f32 = (value: number) => [F32_CONST, ...new Uint8Array(new Float32Array([value]).buffer)];
   const at = (offset: number) => [I32_CONST, 0, ...V128_LOAD, 4, ...uleb(offset)];
-  const section = (id: number, bytes: number[]) => [id, ...uleb(bytes.length), ...bytes];
-  const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
   // due: param iscale (0, f32); locals s (1, v128), mask (2, i32)
   const due = [2, 1, 0x7b, 1, 0x7f, LOCAL_GET, 0, ...F32X4_SPLAT, LOCAL_SET, 1];
   for (let k = 0; k < 8; k++) {
@@ -240,12 +226,12 @@ function simdModule(): Uint8Array {
   }
   relevel.push(LOCAL_GET, 9, END);
   return new Uint8Array([
-    ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
-    ...section(1, [2, 0x60, 1, 0x7d, 1, 0x7f, 0x60, 2, 0x7d, 0x7f, 1, 0x7f]), // type 0: (f32) -> i32; type 1: (f32, i32) -> i32
-    ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0x01, 1, 1]),
-    ...section(3, [2, 0, 1]),
-    ...section(7, [2, ...name("due"), 0x00, 0, ...name("relevel"), 0x00, 1]),
-    ...section(10, [2, ...uleb(due.length), ...due, ...uleb(relevel.length), ...relevel]),
+    ...WASM_HEADER,
+    ...wasmSection(1, [2, 0x60, 1, 0x7d, 1, 0x7f, 0x60, 2, 0x7d, 0x7f, 1, 0x7f]), // type 0: (f32) -> i32; type 1: (f32, i32) -> i32
+    ...wasmSection(2, [1, ...wasmName("env"), ...wasmName("mem"), 0x02, 0x01, 1, 1]),
+    ...wasmSection(3, [2, 0, 1]),
+    ...wasmSection(7, [2, ...wasmName("due"), 0x00, 0, ...wasmName("relevel"), 0x00, 1]),
+    ...wasmSection(10, [2, ...uleb(due.length), ...due, ...uleb(relevel.length), ...relevel]),
   ]);
 }
 

@@ -17,7 +17,7 @@
  * and stays below it otherwise (the gap is then at least an ulp of p); ½ itself would take 0.49999997
  * to 1.
  */
-import { LITTLE_ENDIAN } from "@st-convert/core";
+import { LITTLE_ENDIAN, WASM_HEADER, sleb, uleb, wasmName, wasmSection } from "@st-convert/core";
 
 /** Blocks per call into the module: 8,192 (1 MiB of values) keep its memory small and in cache, whatever the batch. */
 const CHUNK_BLOCKS = 8192;
@@ -26,31 +26,6 @@ const SRC = 0;
 const DST = CHUNK_BLOCKS * 128;
 const LIST = DST + CHUNK_BLOCKS * 34;
 const MEMORY_PAGES = Math.ceil((LIST + CHUNK_BLOCKS * 4) / 65536);
-
-function uleb(value: number): number[] {
-  const bytes: number[] = [];
-  let rest = value >>> 0;
-  do {
-    const byte = rest & 0x7f;
-    rest >>>= 7;
-    bytes.push(rest === 0 ? byte : byte | 0x80);
-  } while (rest !== 0);
-  return bytes;
-}
-
-function sleb(value: number): number[] {
-  const bytes: number[] = [];
-  let rest = value | 0;
-  for (;;) {
-    const byte = rest & 0x7f;
-    rest >>= 7;
-    if ((rest === 0 && (byte & 0x40) === 0) || (rest === -1 && (byte & 0x40) !== 0)) {
-      bytes.push(byte);
-      return bytes;
-    }
-    bytes.push(byte | 0x80);
-  }
-}
 
 /**
  * The module: `q(src, dst, blocks, list)` quantizes `blocks` blocks of float32s at src into Q8_0
@@ -143,15 +118,13 @@ function q8Module(): Uint8Array {
   emit(advance(src, 128), advance(dst, 34), advance(b, 1), BR, 0, END, END, get(count), END);
   // local groups: 4 i32, 2 f32, 13 v128
   const body = [3, 4, 0x7f, 2, 0x7d, 13, 0x7b, ...code];
-  const section = (sectionId: number, bytes: number[]) => [sectionId, ...uleb(bytes.length), ...bytes];
-  const name = (text: string) => [text.length, ...[...text].map((c) => c.charCodeAt(0))];
   return new Uint8Array([
-    ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
-    ...section(1, [1, 0x60, 4, 0x7f, 0x7f, 0x7f, 0x7f, 1, 0x7f]), // type 0: (i32, i32, i32, i32) -> i32
-    ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0x01, ...uleb(MEMORY_PAGES), ...uleb(MEMORY_PAGES)]), // memory of exactly MEMORY_PAGES
-    ...section(3, [1, 0]), // function 0 has type 0
-    ...section(7, [1, ...name("q"), 0x00, 0]), // export function 0 as "q"
-    ...section(10, [1, ...uleb(body.length), ...body]),
+    ...WASM_HEADER,
+    ...wasmSection(1, [1, 0x60, 4, 0x7f, 0x7f, 0x7f, 0x7f, 1, 0x7f]), // type 0: (i32, i32, i32, i32) -> i32
+    ...wasmSection(2, [1, ...wasmName("env"), ...wasmName("mem"), 0x02, 0x01, ...uleb(MEMORY_PAGES), ...uleb(MEMORY_PAGES)]), // memory of exactly MEMORY_PAGES
+    ...wasmSection(3, [1, 0]), // function 0 has type 0
+    ...wasmSection(7, [1, ...wasmName("q"), 0x00, 0]), // export function 0 as "q"
+    ...wasmSection(10, [1, ...uleb(body.length), ...body]),
   ]);
 }
 
