@@ -577,16 +577,24 @@ static void crc_run(napi_env env, void* data) {
   free(buffer);
 }
 
+/*
+ * Settles a job that reads bytes and takes their CRC-32: resolved with the CRC, or rejected with
+ * `cancelled`, "the file ended" (error -1) or the errno's text, `done` bytes in.
+ */
+static void settle_crc(napi_env env, napi_status status, napi_deferred deferred, const char* cancelled, int error, int64_t done, uint32_t crc) {
+  if (status != napi_ok) reject_with(env, deferred, cancelled, 0, done);
+  else if (error == -1) reject_with(env, deferred, "the file ended", 0, done);
+  else if (error != 0) reject_with(env, deferred, strerror(error), error, done);
+  else {
+    napi_value value;
+    napi_create_uint32(env, crc, &value);
+    napi_resolve_deferred(env, deferred, value);
+  }
+}
+
 static void crc_done(napi_env env, napi_status status, void* data) {
   crc_job* job = data;
-  if (status != napi_ok) reject_with(env, job->head.deferred, "CRC cancelled", 0, job->done);
-  else if (job->error == -1) reject_with(env, job->head.deferred, "the file ended", 0, job->done);
-  else if (job->error != 0) reject_with(env, job->head.deferred, strerror(job->error), job->error, job->done);
-  else {
-    napi_value crc;
-    napi_create_uint32(env, job->crc, &crc);
-    napi_resolve_deferred(env, job->head.deferred, crc);
-  }
+  settle_crc(env, status, job->head.deferred, "CRC cancelled", job->error, job->done, job->crc);
   napi_delete_async_work(env, job->head.work);
   free(job);
 }
@@ -675,14 +683,7 @@ static void runs_run(napi_env env, void* data) {
 
 static void runs_done(napi_env env, napi_status status, void* data) {
   runs_job* job = data;
-  if (status != napi_ok) reject_with(env, job->head.deferred, "read cancelled", 0, job->done);
-  else if (job->error == -1) reject_with(env, job->head.deferred, "the file ended", 0, job->done);
-  else if (job->error != 0) reject_with(env, job->head.deferred, strerror(job->error), job->error, job->done);
-  else {
-    napi_value crc;
-    napi_create_uint32(env, job->crc, &crc);
-    napi_resolve_deferred(env, job->head.deferred, crc);
-  }
+  settle_crc(env, status, job->head.deferred, "read cancelled", job->error, job->done, job->crc);
   napi_delete_reference(env, job->target_ref);
   napi_delete_async_work(env, job->head.work);
   free(job);
