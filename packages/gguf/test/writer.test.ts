@@ -128,6 +128,25 @@ describe("--quantize", () => {
     ],
   });
 
+  it("a read that fails while the batch before it is quantized fails the write with its own error", async () => {
+    // 3 batches of 4 MiB of F32 read straight from a source whose second read fails.
+    const bytes = new Uint8Array(3 * 4 * 1024 * 1024);
+    let reads = 0;
+    const source = {
+      name: "flaky",
+      size: bytes.byteLength,
+      read: async (offset: number, length: number) => bytes.slice(offset, offset + length),
+      readInto: async (offset: number, target: Uint8Array) => {
+        if (++reads === 2) throw new Error("the disk went away");
+        target.set(bytes.subarray(offset, offset + target.byteLength));
+      },
+    };
+    const t = tensorFromBytes({ name: "w", dtype: "F32", shape: [3 * 1024, 1024] }, bytes);
+    const tensor: TensorEntry = { ...t, extent: () => ({ source, offset: 0 }) };
+    await expect(write({ metadata: null, tensors: [tensor] }, ["Q8_0"])).rejects.toThrow(/the disk went away/);
+    expect(reads).toBe(2);
+  });
+
   it("quantizes every eligible tensor and says which others keep their dtype", async () => {
     const warnings: string[] = [];
     const file = await readGguf(await write(model(), ["Q8_0"], warnings), { keepQuantized: true });
