@@ -6,7 +6,7 @@
  * quantized is an error; under a bare `TYPE` the others keep their dtype, and a warning says which.
  */
 import { type Dtype, type FormatKernels, type KernelPool, StConvertError, type TensorEntry, castKernel, exactChunks, quoteName } from "@st-convert/core";
-import { ggmlTypeInfo, quantizeRows, quantizesAtReadSpeed } from "./quants/index.js";
+import { GgmlType, Q8_0_SLOT_BYTES, ggmlTypeInfo, giveBackQ8_0Slot, quantizeRows, quantizesAtReadSpeed, takeQ8_0Slot } from "./quants/index.js";
 
 /** The block types `--quantize` makes. */
 export const QUANTIZE_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"] as const;
@@ -231,6 +231,22 @@ export async function* quantizedChunks(entry: TensorEntry, plan: QuantizePlan, p
       throw failed(error);
     });
   };
+  // Q8_0 of F32 on this thread: values read into the kernel's own memory, blocks written there
+  // (two batches of values, one read while the other is quantized, and one of blocks), where it has
+  // slots free; other buffers are copied in and out.
+  const slots: Uint8Array[] = [];
+  if (pooled === undefined && plan.type === GgmlType.Q8_0 && entry.dtype === "F32" && BATCH_ELEMENTS * 4 <= Q8_0_SLOT_BYTES) {
+    for (const [list, bytes] of [
+      [inputs, BATCH_ELEMENTS * 4],
+      [inputs, BATCH_ELEMENTS * 4],
+      [outputs, outBytes],
+    ] as const) {
+      const slot = takeQ8_0Slot(bytes);
+      if (slot === undefined) break;
+      slots.push(slot);
+      list.push(slot);
+    }
+  }
   const pending: Promise<[Uint8Array, Uint8Array]>[] = [];
   const reading = rawBatches(entry, BATCH_ELEMENTS * width, inputs);
   try {
@@ -247,13 +263,16 @@ export async function* quantizedChunks(entry: TensorEntry, plan: QuantizePlan, p
       }
       if (pending.length === 0) break;
       const [raw, out] = await pending.shift()!;
-      inputs.push(new Uint8Array(raw.buffer));
+      // Whole again (the last batch is shorter), where they lie (a slot is part of a larger memory).
+      inputs.push(new Uint8Array(raw.buffer, raw.byteOffset, BATCH_ELEMENTS * width));
       yield out;
       // The writer has written it (a sink keeps no reference once its write settled).
-      outputs.push(new Uint8Array(out.buffer));
+      outputs.push(new Uint8Array(out.buffer, out.byteOffset, outBytes));
     }
   } finally {
     await reading.return(undefined);
     await Promise.allSettled(pending);
+    // Nothing reads into them or writes from them any more.
+    for (const slot of slots) giveBackQ8_0Slot(slot);
   }
 }

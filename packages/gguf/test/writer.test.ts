@@ -7,6 +7,8 @@ import { describe, expect, it } from "vitest";
 import { MemorySink, type TensorEntry, type TensorSource, createMetadata, readTensorBytes, tensorFromBytes } from "@st-convert/core";
 import { KV_PREFIX, RECORD_KEY, planSplitSet, readGguf, writeGguf } from "@st-convert/gguf";
 import { errorCode, fixturePath, toHex } from "@st-convert/testing";
+import { quantizeQ8_0 } from "../src/quants/legacy.js";
+import { hasQ8_0Simd } from "../src/quants/simdQ8_0.js";
 
 const f32 = (name: string, shape: number[], values?: number[]): TensorEntry => {
   const n = shape.reduce((a, b) => a * b, 1);
@@ -126,6 +128,37 @@ describe("--quantize", () => {
       f32("odd", [2, 48]),
       tensorFromBytes({ name: "ids", dtype: "I32", shape: [2, 32] }, new Uint8Array(256)),
     ],
+  });
+
+  it("Q8_0 read and written in the kernel's own memory: the JavaScript kernel's blocks, NaN and tiny blocks too, tensor after tensor", async () => {
+    expect(hasQ8_0Simd()).toBe(true);
+    // Over two batches of 4 Mi values, read straight from a file-like source, so that both batch
+    // slots and the block slot are used, then given back and taken again by the next tensor.
+    const rows = 1100;
+    const values = new Float32Array(rows * 4096);
+    let seed = 7;
+    for (let i = 0; i < values.length; i++) {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      values[i] = (seed / 2 ** 32 - 0.5) * (1 + (i % 9));
+    }
+    values.fill(Number.NaN, 4096 * 1000 + 64, 4096 * 1000 + 70); // blocks holding a NaN go to JavaScript
+    values.fill(1e-45, 4096 * 1030, 4096 * 1030 + 32); // a d too small to invert
+    values.fill(0, 4096 * 1040, 4096 * 1040 + 32);
+    const bytes = new Uint8Array(values.buffer);
+    const source = {
+      name: "values",
+      size: bytes.byteLength,
+      read: async (offset: number, length: number) => bytes.slice(offset, offset + length),
+      readInto: async (offset: number, target: Uint8Array) => target.set(bytes.subarray(offset, offset + target.byteLength)),
+    };
+    const tensor = (name: string): TensorEntry => ({
+      ...tensorFromBytes({ name, dtype: "F32", shape: [rows, 4096] }, bytes),
+      extent: () => ({ source, offset: 0 }),
+    });
+    const want = new Uint8Array((values.length / 32) * 34);
+    quantizeQ8_0(values, want, values.length / 32);
+    const file = await readGguf(await write({ metadata: null, tensors: [tensor("a"), tensor("b")] }, ["Q8_0"]), { keepQuantized: true });
+    for (const t of file.tensors) expect(Buffer.from(await readTensorBytes(t)).equals(Buffer.from(want)), t.name).toBe(true);
   });
 
   it("a read that fails while the batch before it is quantized fails the write with its own error", async () => {

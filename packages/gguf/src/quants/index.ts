@@ -34,6 +34,7 @@ import { hasQ8_0Simd, quantizeQ8_0Simd } from "./simdQ8_0.js";
 import { dequantizeMXFP4, dequantizeNVFP4, dequantizeTQ1_0, dequantizeTQ2_0, quantizeMXFP4, quantizeTQ1_0, quantizeTQ2_0 } from "./smallFloats.js";
 
 export { GgmlType, type GgmlTypeInfo, ggmlTypeInfo };
+export { Q8_0_SLOT_BYTES, giveBackQ8_0Slot, takeQ8_0Slot } from "./simdQ8_0.js";
 
 type Dequantizer = (src: Uint8Array, dst: Float32Array, blocks: number) => void;
 type Quantizer = (src: Float32Array, dst: Uint8Array, blocks: number) => void;
