@@ -18,10 +18,9 @@ import {
   withContext,
 } from "@st-convert/core";
 import { createFileSink, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
-import { availableParallelism } from "node:os";
 import { FORMATS, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
 import { type OpenedInput, type WarningListener, nameOf, openInput, resolveInput, withSource } from "./inspect.js";
-import { MAX_KERNEL_THREADS, WorkerKernelPool } from "./kernelPool.js";
+import { WorkerKernelPool } from "./kernelPool.js";
 import type { RemoteInputOptions } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardPlan, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { plural } from "./text.js";
@@ -138,8 +137,9 @@ export async function convertInto(
     warnings.push({ file, message });
     options.onWarning?.(message, file);
   };
-  const threads = options.kernelThreads ?? Math.min(availableParallelism(), MAX_KERNEL_THREADS);
-  const kernelPool = outputFormat.kernels !== undefined && threads > 1 ? new WorkerKernelPool(threads) : undefined;
+  // No thread starts before the format first runs a kernel.
+  const pool = outputFormat.kernels === undefined ? undefined : new WorkerKernelPool(options.kernelThreads);
+  const kernelPool = pool !== undefined && pool.threads > 1 ? pool : undefined;
   const converting = withSource(
     await resolveInput(input, formats),
     async (source, openSibling) => {

@@ -88,14 +88,14 @@ export class WorkerKernelPool implements KernelPool {
     if (this.#closed) throw new Error("the kernel threads were closed");
     const threads = this.#start();
     // Only threads that loaded take calls, so no buffer is moved to a thread that cannot answer.
-    const ready = (await Promise.all(threads.map((t) => t.ready))).some(Boolean);
-    if (!ready) {
+    const loaded = await Promise.all(threads.map((t) => t.ready));
+    if (!loaded.some(Boolean)) {
       // No thread could start (the module is missing, as when run from sources): the kernel runs here.
       return (await findKernel(FORMATS, format, kernel))(...args);
     }
     // the live thread with the fewest calls waiting (ties to the first): calls are alike
     let thread: Thread | undefined;
-    for (const t of threads) if (t.alive && (await t.ready) && (thread === undefined || t.busy < thread.busy)) thread = t;
+    for (const [i, t] of threads.entries()) if (t.alive && loaded[i] && (thread === undefined || t.busy < thread.busy)) thread = t;
     // Every thread that loaded has stopped since (a bug, or memory): the calls fail rather than wait forever.
     if (thread === undefined) throw new Error("the kernel threads stopped");
     const chosen = thread;

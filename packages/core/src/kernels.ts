@@ -95,10 +95,18 @@ export function crc32FileRange(source: ByteSource, offset: number, length: numbe
   const range = kernels.crc32Range;
   if (typeof fd !== "number" || range === undefined || length < CRC_RANGE_FROM) return undefined;
   return range(fd, offset, length, previous).catch((error: unknown) => {
-    const { errno, copied, message } = error as { errno?: number; copied?: number; message?: string };
-    if (errno === 0) throw endedEarly(offset + (copied ?? 0), offset + length, source.name);
-    throw new StConvertError("Io", `read failed: ${message ?? String(error)}`, { file: source.name });
+    throw nativeReadError(error, source, offset, offset + length);
   });
+}
+
+/**
+ * What a native read of `[offset, end)` of `source` that rejected means: `UnexpectedEof` where the
+ * file ended (errno 0, after `copied` bytes), else `Io` with the system's message.
+ */
+function nativeReadError(error: unknown, source: ByteSource, offset: number, end: number): StConvertError {
+  const { errno, copied, message } = error as { errno?: number; copied?: number; message?: string };
+  if (errno === 0) return endedEarly(offset + (copied ?? 0), end, source.name);
+  return new StConvertError("Io", `read failed: ${message ?? String(error)}`, { file: source.name });
 }
 
 /** Reads runs of a source into place, as {@link Kernels.readRuns} does, with the source's offsets. */
@@ -124,8 +132,6 @@ export function fileRunReader(source: ByteSource): RunReader | undefined {
   if (typeof fd !== "number" || readRuns === undefined) return undefined;
   return (offset, target, targetOffset, run, stride, count, previous) =>
     readRuns(fd, offset, target, targetOffset, run, stride, count, previous).catch((error: unknown) => {
-      const { errno, copied, message } = error as { errno?: number; copied?: number; message?: string };
-      if (errno === 0) throw endedEarly(offset + (copied ?? 0), offset + run * count, source.name);
-      throw new StConvertError("Io", `read failed: ${message ?? String(error)}`, { file: source.name });
+      throw nativeReadError(error, source, offset, offset + run * count);
     });
 }

@@ -587,6 +587,27 @@ function runLayout(
   full: readonly number[],
   es: number,
 ): { run: number; stride: number; count: number; base: number } | undefined {
+  const { k, run, strides, base } = runsOf(sizes, offsets, full, es);
+  let count = 1;
+  for (let d = 0; d < k; d++) {
+    // Dimensions between the first and the run's, held whole, keep the runs evenly spaced.
+    if (d > 0 && (sizes[d] !== full[d] || offsets[d] !== 0)) return undefined;
+    count *= sizes[d]!;
+  }
+  return { run, stride: k > 0 ? strides[k - 1]! : run, count, base };
+}
+
+/**
+ * How a C-order block of shape `sizes` lies in the C-order block of shape `full` at `offsets`,
+ * `es` bytes an element: runs of `run` bytes (the trailing dimensions both hold whole, merged, and
+ * dimension `k`, where the block starts cutting), `full`'s strides in bytes, and where the first run starts.
+ */
+function runsOf(
+  sizes: readonly number[],
+  offsets: readonly number[],
+  full: readonly number[],
+  es: number,
+): { k: number; run: number; strides: number[]; base: number } {
   const rank = sizes.length;
   let k = rank - 1;
   let run = es;
@@ -600,13 +621,7 @@ function runLayout(
   }
   let base = 0;
   for (let d = 0; d <= k; d++) base += offsets[d]! * strides[d]!;
-  let count = 1;
-  for (let d = 0; d < k; d++) {
-    // Dimensions between the first and the run's, held whole, keep the runs evenly spaced.
-    if (d > 0 && (sizes[d] !== full[d] || offsets[d] !== 0)) return undefined;
-    count *= sizes[d]!;
-  }
-  return { run, stride: k > 0 ? strides[k - 1]! : run, count, base };
+  return { k, run, strides, base };
 }
 
 /**
@@ -684,23 +699,10 @@ async function* readInPlace(
  * holds part of, are one run of bytes in both.
  */
 function scatter(bytes: Uint8Array, target: Uint8Array, sizes: readonly number[], offsets: readonly number[], full: readonly number[], es: number): void {
-  const rank = sizes.length;
-  let k = rank - 1;
-  let run = es;
-  // Merge trailing dimensions the chunk holds whole.
-  while (k > 0 && sizes[k] === full[k] && offsets[k] === 0) run *= sizes[k--]!;
-  run *= sizes[k]!;
-  const targetStrides = new Array<number>(rank);
-  let stride = es;
-  for (let d = rank - 1; d >= 0; d--) {
-    targetStrides[d] = stride;
-    stride *= full[d]!;
-  }
+  const { k, run, strides: targetStrides, base } = runsOf(sizes, offsets, full, es);
   const outer = sizes.slice(0, k);
   const count = outer.reduce((n, d) => n * d, 1);
   const index = new Array<number>(k).fill(0);
-  let base = 0;
-  for (let d = 0; d <= k; d++) base += offsets[d]! * targetStrides[d]!;
   let at = base;
   for (let i = 0, from = 0; i < count; i++, from += run) {
     target.set(bytes.subarray(from, from + run), at);

@@ -823,7 +823,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
   type Frame = { value: PickleValue; name: string | undefined; depth: number } | { exit: object };
   const stack: Frame[] = [];
   /** The value the names start from: the state dict whose metadata is kept. */
-  let stack0: PickleValue = root;
+  let stateDict: PickleValue = root;
   if (options.key !== undefined) {
     let value: PickleValue | undefined = root;
     const parts = options.key.split(".");
@@ -841,7 +841,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
       }
     }
     stack.push({ value: value!, name: undefined, depth: 0 });
-    stack0 = value!;
+    stateDict = value!;
   } else {
     const wrapper = entryOf(root, "state_dict");
     const bearing =
@@ -857,7 +857,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
         else stack.push({ value: siblings[i]!.value, name, depth: 1 });
       }
       stack.push({ value: wrapper, name: undefined, depth: 0 });
-      stack0 = wrapper;
+      stateDict = wrapper;
     } else {
       // A training checkpoint whose optimizer state (or EMA, loops…) holds tensors too (a Lightning
       // .ckpt): everything is converted, and the user is told once how to take just the model.
@@ -867,7 +867,6 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
         );
       }
       stack.push({ value: root, name: undefined, depth: 0 });
-      stack0 = root;
     }
   }
 
@@ -959,7 +958,7 @@ function nameTensors(root: PickleValue, opaqueCalls: readonly string[], pickleBy
       warn(`the pickle also calls ${unreported.join(", ")}: st-convert ran none of it, and nothing those calls would return is in the output`);
     }
   }
-  return { all, excluded, skipped, metadata: keptMetadata(stack0, options) };
+  return { all, excluded, skipped, metadata: keptMetadata(stateDict, options) };
 }
 
 // ----- tensors -----

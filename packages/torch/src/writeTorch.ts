@@ -354,8 +354,7 @@ function tensorCall(p: PickleBuilder, t: Planned): number {
   p.intTuple(t.tensor.shape);
   p.intTuple(contiguousStrides(t.tensor.shape));
   p.bytes(0x89);
-  p.global("collections", "OrderedDict");
-  p.bytes(0x29, 0x52); // EMPTY_TUPLE, REDUCE
+  orderedDict(p);
   p.put();
   if (v3) p.global("torch", how.dtype);
   p.bytes(0x74, 0x52); // TUPLE, REDUCE
