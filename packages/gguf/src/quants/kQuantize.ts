@@ -7,7 +7,7 @@
  * float32 operations are C's, one instruction each), with these loops where it cannot.
  */
 import { floatToHalf, halfToFloatTable, nearestInt } from "./floatBits.js";
-import { qkx2Loops } from "./qkx2Loops.js";
+import { type Qkx2Functions, qkx2Arrays, qkx2Functions } from "./qkx2Loops.js";
 
 const fr = Math.fround;
 /** ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it is all zeros. */
@@ -15,10 +15,29 @@ const GROUP_MAX_EPS = fr(1e-15);
 const TENTH = fr(0.1);
 
 // scratch, reused: quantization never re-enters itself
-/** make_qkx2's loops in WebAssembly where it runs (its arrays below are then views of the modules' memory). */
-const loops = qkx2Loops();
-const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL, totals, shifted: shiftedF32, halfUp } = loops;
-const { sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares, due: wasmDue, relevel: wasmRelevel } = loops;
+/** make_qkx2's arrays: views of the loops' WebAssembly memory where it can be made. */
+const arrays = qkx2Arrays();
+const { weights, values: xf, levels: laux, prefixL, prefixL2, prefixXL, totals, shifted: shiftedF32, halfUp } = arrays;
+/**
+ * make_qkx2's loops in WebAssembly where it runs, made by {@link prepareLoops} on the first K-quant
+ * quantization: compiling them takes about 3 ms, which every conversion that reads a GGUF would
+ * otherwise pay at start-up. (The arrays stay constants: as `let`s they cost Q4_K about 6 %.)
+ */
+let loops: Qkx2Functions | undefined;
+let wasmSums: Qkx2Functions["sums"];
+let wasmError: Qkx2Functions["error"];
+let wasmTotals: Qkx2Functions["sumTotals"];
+let wasmSquares: Qkx2Functions["squares"];
+let wasmDue: Qkx2Functions["due"];
+let wasmRelevel: Qkx2Functions["relevel"];
+
+/** Makes the loops once; the quantizers that use them (Q2_K, Q4_K, Q5_K) call it first. */
+function prepareLoops(): void {
+  if (loops !== undefined) return;
+  loops = qkx2Functions(arrays);
+  ({ sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares, due: wasmDue, relevel: wasmRelevel } = loops);
+}
+
 const levels = new Uint8Array(256);
 const signedLevels = new Int8Array(256);
 const subScales = new Float32Array(16);
@@ -453,6 +472,7 @@ function pack2(L: Uint8Array | Int8Array, dst: Uint8Array, at: number): void {
 
 /** `quantize_row_q2_K_ref`: block = scales[16], qs[64], f16 d, f16 dmin. */
 export function quantizeQ2_K(src: Float32Array, dst: Uint8Array, blocks: number): void {
+  prepareLoops();
   for (let b = 0, x = 0, o = 0; b < blocks; b++, x += 256, o += 84) {
     let maxScale = 0;
     let maxMin = 0;
@@ -604,6 +624,7 @@ function kScalesAndLevels(src: Float32Array, x: number, dst: Uint8Array, o: numb
 
 /** `quantize_row_q4_K_ref`: block = f16 d, f16 dmin, scales[12], qs[128]. */
 export function quantizeQ4_K(src: Float32Array, dst: Uint8Array, blocks: number): void {
+  prepareLoops();
   for (let b = 0, x = 0, o = 0; b < blocks; b++, x += 256, o += 144) {
     // weights are rounded when stored into the Float32Array, as C's float weights[32]
     kScalesAndLevels(src, x, dst, o, 15, -1, 20);
@@ -615,6 +636,7 @@ export function quantizeQ4_K(src: Float32Array, dst: Uint8Array, blocks: number)
 
 /** `quantize_row_q5_K_ref`: block = f16 d, f16 dmin, scales[12], qh[32], qs[128]. */
 export function quantizeQ5_K(src: Float32Array, dst: Uint8Array, blocks: number): void {
+  prepareLoops();
   for (let b = 0, x = 0, o = 0; b < blocks; b++, x += 256, o += 176) {
     kScalesAndLevels(src, x, dst, o, 31, -0.5, 15);
     const qh = o + 16;

@@ -252,50 +252,90 @@ function simdLoops(wasm: WebAssemblyApi, memory: object): Pick<Qkx2Loops, "due" 
   }
 }
 
-function plain(): Qkx2Loops {
-  return {
-    weights: new Float32Array(32),
-    values: new Float32Array(32),
-    levels: new Uint8Array(32),
-    prefixL: new Float32Array(33),
-    prefixL2: new Float32Array(33),
-    prefixXL: new Float32Array(33),
-    totals: new Float32Array(2),
-    shifted: new Float32Array(32),
-    halfUp: new Float32Array(32),
-  };
+/** The loops' arrays, without their functions. */
+export type Qkx2Arrays = Omit<Qkx2Loops, Qkx2FunctionName>;
+type Qkx2FunctionName = "sumTotals" | "squares" | "due" | "relevel" | "sums" | "error";
+/** The loops' functions: none where WebAssembly cannot run. */
+export type Qkx2Functions = Pick<Qkx2Loops, Qkx2FunctionName>;
+
+/** Where each array's views were made: the memory the functions are instantiated over. */
+const memories = new WeakMap<Qkx2Arrays, object>();
+
+function webAssembly(): WebAssemblyApi | undefined {
+  const wasm = (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly;
+  // wasm memory is little-endian, as the views must be
+  const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+  return littleEndian ? wasm : undefined;
 }
 
 /**
- * The loops' arrays and functions: in WebAssembly where it runs (wasm memory is little-endian, as
- * the views must be), else plain arrays without functions.
+ * The loops' arrays: views of a WebAssembly memory where it can be made (a 64 KiB memory, no
+ * module compiled), else plain arrays. Cheap: a caller that may never quantize makes them at once
+ * and leaves the functions ({@link qkx2Functions}) for its first use.
  */
-export function qkx2Loops(): Qkx2Loops {
-  const wasm = (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly;
-  const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
-  if (wasm === undefined || !littleEndian) return plain();
+export function qkx2Arrays(): Qkx2Arrays {
+  const wasm = webAssembly();
+  let memory: { buffer: ArrayBuffer } | undefined;
   try {
     // Never grown: the views of it are never detached.
-    const memory = new wasm.Memory({ initial: 1, maximum: 1 });
-    const instance = new wasm.Instance(new wasm.Module(loopsModule()), { env: { mem: memory } });
-    const { buffer } = memory;
+    memory = wasm === undefined ? undefined : (new wasm.Memory({ initial: 1, maximum: 1 }) as { buffer: ArrayBuffer });
+  } catch {
+    memory = undefined;
+  }
+  if (memory === undefined) {
     return {
-      weights: new Float32Array(buffer, W, 32),
-      values: new Float32Array(buffer, X, 32),
-      levels: new Uint8Array(buffer, L, 32),
-      prefixL: new Float32Array(buffer, PL, 33),
-      prefixL2: new Float32Array(buffer, PL2, 33),
-      prefixXL: new Float32Array(buffer, PXL, 33),
-      totals: new Float32Array(buffer, TOTALS, 2),
-      sumTotals: instance.exports.totals as Qkx2Loops["sumTotals"],
-      squares: instance.exports.squares as Qkx2Loops["squares"],
-      shifted: new Float32Array(buffer, SHIFTED, 32),
-      halfUp: new Float32Array(buffer, HALF_UP, 32),
+      weights: new Float32Array(32),
+      values: new Float32Array(32),
+      levels: new Uint8Array(32),
+      prefixL: new Float32Array(33),
+      prefixL2: new Float32Array(33),
+      prefixXL: new Float32Array(33),
+      totals: new Float32Array(2),
+      shifted: new Float32Array(32),
+      halfUp: new Float32Array(32),
+    };
+  }
+  const { buffer } = memory;
+  const arrays: Qkx2Arrays = {
+    weights: new Float32Array(buffer, W, 32),
+    values: new Float32Array(buffer, X, 32),
+    levels: new Uint8Array(buffer, L, 32),
+    prefixL: new Float32Array(buffer, PL, 33),
+    prefixL2: new Float32Array(buffer, PL2, 33),
+    prefixXL: new Float32Array(buffer, PXL, 33),
+    totals: new Float32Array(buffer, TOTALS, 2),
+    shifted: new Float32Array(buffer, SHIFTED, 32),
+    halfUp: new Float32Array(buffer, HALF_UP, 32),
+  };
+  memories.set(arrays, memory);
+  return arrays;
+}
+
+/**
+ * The functions over `arrays` (made by {@link qkx2Arrays}): the modules compiled and instantiated
+ * over their memory, the SIMD ones where SIMD runs; none where WebAssembly cannot run (no memory,
+ * or a page's CSP refusing the compilation).
+ */
+export function qkx2Functions(arrays: Qkx2Arrays): Qkx2Functions {
+  const wasm = webAssembly();
+  const memory = memories.get(arrays);
+  if (wasm === undefined || memory === undefined) return {};
+  try {
+    const { exports } = new wasm.Instance(new wasm.Module(loopsModule()), { env: { mem: memory } });
+    return {
+      sumTotals: exports.totals as Qkx2Loops["sumTotals"],
+      squares: exports.squares as Qkx2Loops["squares"],
       ...simdLoops(wasm, memory),
-      sums: instance.exports.sums as Qkx2Loops["sums"],
-      error: instance.exports.error as Qkx2Loops["error"],
+      sums: exports.sums as Qkx2Loops["sums"],
+      error: exports.error as Qkx2Loops["error"],
     };
   } catch {
-    return plain();
+    return {};
   }
+}
+
+/** The loops' arrays and functions at once: in WebAssembly where it runs, else plain arrays without functions. */
+export function qkx2Loops(): Qkx2Loops {
+  const arrays = qkx2Arrays();
+  return { ...arrays, ...qkx2Functions(arrays) };
 }

@@ -4,7 +4,7 @@
  */
 import { fixturePath } from "@st-convert/testing";
 import { readFileSync } from "node:fs";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { floatToHalf, halfToFloatTable } from "../../src/quants/floatBits.js";
 import { canDequantize, canQuantize, dequantizeRows, GgmlType, ggmlTypeInfo, quantizeRows } from "../../src/quants/index.js";
 
@@ -102,6 +102,34 @@ describe("the entry points", () => {
         quantizeRows(ids[name]!, values.subarray(r * 256, (r + 1) * 256), one);
         expect(Buffer.from(one).equals(Buffer.from(all.subarray(r * rowBytes, (r + 1) * rowBytes))), `${name} row ${r}`).toBe(true);
       }
+    }
+  });
+});
+
+describe("start-up", () => {
+  it("builds no WebAssembly module to load the kernels or dequantize: the K-quant loops wait for the first K-quant quantization", async () => {
+    type Api = { Module: new (bytes: Uint8Array) => object; Memory: unknown; Instance: unknown; CompileError: unknown };
+    const wasm = (globalThis as unknown as { WebAssembly: Api }).WebAssembly;
+    let built = 0;
+    const Module = new Proxy(wasm.Module, {
+      construct(target, [bytes]: [Uint8Array]) {
+        built++;
+        return new target(bytes);
+      },
+    });
+    vi.stubGlobal("WebAssembly", { Module, Memory: wasm.Memory, Instance: wasm.Instance, CompileError: wasm.CompileError });
+    vi.resetModules();
+    try {
+      const fresh = await import("../../src/quants/index.js");
+      const blocks = new Uint8Array(2 * 144);
+      fresh.dequantizeRows(GgmlType.Q4_K, blocks, new Float32Array(512));
+      fresh.dequantizeRows(GgmlType.F16, new Uint8Array(8), new Float32Array(4));
+      expect(built).toBe(0);
+      fresh.quantizeRows(GgmlType.Q4_K, new Float32Array(256).map((_, i) => Math.cos(i)), blocks.subarray(0, 144));
+      expect(built).toBeGreaterThan(0);
+    } finally {
+      vi.unstubAllGlobals();
+      vi.resetModules();
     }
   });
 });
