@@ -125,7 +125,8 @@ describe("start-up", () => {
       fresh.dequantizeRows(GgmlType.Q4_K, blocks, new Float32Array(512));
       fresh.dequantizeRows(GgmlType.F16, new Uint8Array(8), new Float32Array(4));
       expect(built).toBe(0);
-      fresh.quantizeRows(GgmlType.Q4_K, new Float32Array(256).map((_, i) => Math.cos(i)), blocks.subarray(0, 144));
+      const values = new Float32Array(256).map((_, i) => Math.cos(i));
+      fresh.quantizeRows(GgmlType.Q4_K, values, blocks.subarray(0, 144));
       expect(built).toBeGreaterThan(0);
     } finally {
       vi.unstubAllGlobals();
