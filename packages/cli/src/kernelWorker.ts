@@ -9,20 +9,20 @@ import { type KernelAnswer, type KernelCall, READY, findKernel, returnedBuffers 
 const port = parentPort;
 if (port === null) throw new Error("kernelWorker.js runs as a worker thread of a conversion");
 
+/** The answer to call `id` that failed with `error`. */
+const failure = (id: number, error: unknown): KernelAnswer => ({ id, error: error instanceof Error ? error.message : String(error) });
+
 port.on("message", (call: KernelCall) => {
   findKernel(FORMATS, call.format, call.kernel).then(
     (kernel) => {
-      let answer: KernelAnswer;
       try {
         const result = kernel(...call.args);
-        answer = { id: call.id, result };
-        port.postMessage(answer, returnedBuffers(result));
+        port.postMessage({ id: call.id, result } satisfies KernelAnswer, returnedBuffers(result));
       } catch (error) {
-        answer = { id: call.id, error: error instanceof Error ? error.message : String(error) };
-        port.postMessage(answer);
+        port.postMessage(failure(call.id, error));
       }
     },
-    (error: unknown) => port.postMessage({ id: call.id, error: error instanceof Error ? error.message : String(error) } satisfies KernelAnswer),
+    (error: unknown) => port.postMessage(failure(call.id, error)),
   );
 });
 

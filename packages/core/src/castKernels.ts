@@ -35,7 +35,7 @@ import type { Dtype } from "./dtypes.js";
 import { CAST_OPS, kernels } from "./kernels.js";
 import { StConvertError } from "./StConvertError.js";
 import { LITTLE_ENDIAN } from "./swapBytes.js";
-import { WASM_HEADER, sleb, uleb, wasmName, wasmSection } from "./wasmBytes.js";
+import { WASM_HEADER, hostWebAssembly, sleb, uleb, wasmName, wasmSection } from "./wasmBytes.js";
 
 /** The float dtypes st-convert casts between. */
 export const FLOAT_CAST_DTYPES = [
@@ -507,16 +507,9 @@ export function simdF32ToBf16(): CastKernel | undefined {
   return simdBf16 ?? undefined;
 }
 
-/** The few WebAssembly names used here: core's lib settings (ES2022, Node's types) declare none. */
-interface WebAssemblyApi {
-  Memory: new (descriptor: { initial: number; maximum: number }) => { readonly buffer: ArrayBuffer };
-  Module: new (bytes: Uint8Array) => object;
-  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> };
-}
-
 function makeSimdF32ToBf16(): CastKernel | null {
-  const wasm = (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly;
-  if (!LITTLE_ENDIAN || wasm === undefined) return null;
+  const wasm = hostWebAssembly();
+  if (wasm === undefined) return null;
   let run: (src: number, dst: number, end: number) => void;
   let heap: Uint8Array;
   try {

@@ -146,4 +146,4 @@ export {
   RETRY_BASE_DELAY_MS,
   openHttpSource,
 } from "./HttpSource.js";
-export { WASM_HEADER, sleb, uleb, wasmName, wasmSection } from "./wasmBytes.js";
+export { WASM_HEADER, type WebAssemblyApi, hostWebAssembly, sleb, uleb, wasmName, wasmSection } from "./wasmBytes.js";

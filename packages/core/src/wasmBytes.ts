@@ -1,7 +1,25 @@
 /**
  * The pieces of WebAssembly's binary format (specification 2.0, §5) that the kernels assembled
- * byte by byte in source need: no toolchain at build time, nothing fetched at run time.
+ * byte by byte in source need: no toolchain at build time, nothing fetched at run time; and the
+ * runtime's WebAssembly, where they can use it.
  */
+import { LITTLE_ENDIAN } from "./swapBytes.js";
+
+/** The few WebAssembly names the kernels use: the packages' lib settings (ES2022, Node's types) declare none. */
+export interface WebAssemblyApi {
+  Memory: new (descriptor: { initial: number; maximum: number }) => { readonly buffer: ArrayBuffer };
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> };
+}
+
+/**
+ * The runtime's WebAssembly where a kernel can use it: present, on a little-endian host (wasm
+ * memory is little-endian, as the typed-array views of it must be). Undefined elsewhere. Looked up
+ * on each call (a test takes it away).
+ */
+export function hostWebAssembly(): WebAssemblyApi | undefined {
+  return LITTLE_ENDIAN ? (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly : undefined;
+}
 
 /** The magic number and version every module starts with. */
 export const WASM_HEADER: readonly number[] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];

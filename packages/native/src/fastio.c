@@ -550,6 +550,17 @@ typedef struct {
   int error;
 } crc_job;
 
+/*
+ * What a read of a job that reads to its range's end returned: the bytes read (> 0), 0 to read
+ * again (interrupted), or -1 with `*error` set (the errno, or -1 where the input ended early).
+ */
+static ssize_t read_settled(ssize_t got, int* error) {
+  if (got > 0) return got;
+  if (got < 0 && errno == EINTR) return 0;
+  *error = got < 0 ? errno : -1;
+  return -1;
+}
+
 static void crc_run(napi_env env, void* data) {
   (void)env;
   crc_job* job = data;
@@ -561,16 +572,9 @@ static void crc_run(napi_env env, void* data) {
   while (job->done < job->length) {
     int64_t left = job->length - job->done;
     size_t step = left > CRC_READ ? CRC_READ : (size_t)left;
-    ssize_t got = pread(job->fd, buffer, step, (off_t)(job->offset + job->done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      job->error = errno;
-      break;
-    }
-    if (got == 0) {
-      job->error = -1; /* the input ended */
-      break;
-    }
+    ssize_t got = read_settled(pread(job->fd, buffer, step, (off_t)(job->offset + job->done)), &job->error);
+    if (got == 0) continue;
+    if (got < 0) break;
     job->crc = crc32_of(job->crc, buffer, (size_t)got);
     job->done += got;
   }
@@ -661,16 +665,9 @@ static void runs_run(napi_env env, void* data) {
       iov[n].iov_base = job->target + i * job->stride + skip;
       iov[n].iov_len = (size_t)(job->run - skip);
     }
-    ssize_t got = preadv(job->fd, iov, n, (off_t)(job->offset + job->done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      job->error = errno;
-      break;
-    }
-    if (got == 0) {
-      job->error = -1; /* the input ended */
-      break;
-    }
+    ssize_t got = read_settled(preadv(job->fd, iov, n, (off_t)(job->offset + job->done)), &job->error);
+    if (got == 0) continue;
+    if (got < 0) break;
     for (int k = 0; k < n && got > 0; k++) {
       size_t take = (size_t)got < iov[k].iov_len ? (size_t)got : iov[k].iov_len;
       job->crc = crc32_of(job->crc, iov[k].iov_base, take);

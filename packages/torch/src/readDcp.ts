@@ -515,14 +515,7 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
   const cursors = new Map(pieces.map((p) => [p, new ChunkCursor(p, Math.max(1, sharesPerRead * perGroup * slabOf(p)))]));
   // With `reuse`, two blocks take turns: a block is filled again only once the consumer has asked
   // for a chunk of the other one, so it is done with this one's chunks but perhaps the last.
-  const reused = options.reuse === true ? [new Uint8Array(0), new Uint8Array(0)] : undefined;
-  let turn = 0;
-  const blockOf = (length: number): Uint8Array => {
-    if (reused === undefined) return new Uint8Array(length);
-    turn ^= 1;
-    if (reused[turn]!.byteLength < length) reused[turn] = new Uint8Array(length);
-    return reused[turn]!.subarray(0, length);
-  };
+  const blockOf = blockTurns(options.reuse === true ? 2 : 0);
   // Every chunk's share of a group is read at once, and the next group's before this one is handed on.
   const take = (g: Group): Promise<Uint8Array[]> => {
     const taking = Promise.all(g.meeting.map((p) => cursors.get(p)!.take(g.count * slabOf(p))));
@@ -545,6 +538,21 @@ async function* gathered(item: DcpTensorItem, pieces: readonly OpenedChunk[], op
     await next?.catch(() => {});
     for (const cursor of cursors.values()) await cursor.close().catch(() => {});
   }
+}
+
+/**
+ * The blocks a gather fills, group after group: `turns` blocks taking turns (each grown as needed,
+ * filled again `turns` groups later), or a fresh block every time when `turns` is 0.
+ */
+function blockTurns(turns: number): (length: number) => Uint8Array {
+  if (turns === 0) return (length) => new Uint8Array(length);
+  const blocks = Array.from({ length: turns }, () => new Uint8Array(0));
+  let turn = 0;
+  return (length) => {
+    turn = (turn + 1) % turns;
+    if (blocks[turn]!.byteLength < length) blocks[turn] = new Uint8Array(length);
+    return blocks[turn]!.subarray(0, length);
+  };
 }
 
 /** A chunk whose bytes are read straight into place: its file, where its bytes start, its check. */
@@ -642,14 +650,7 @@ async function* readInPlace(
   reuse: boolean,
 ): AsyncGenerator<Uint8Array> {
   for (const piece of placed.values()) piece.crc = piece.crc32 === undefined ? 0 : await piece.crc32.initial();
-  const blocks = reuse ? [new Uint8Array(0), new Uint8Array(0), new Uint8Array(0)] : undefined;
-  let turn = 0;
-  const blockOf = (length: number): Uint8Array => {
-    if (blocks === undefined) return new Uint8Array(length);
-    turn = (turn + 1) % blocks.length;
-    if (blocks[turn]!.byteLength < length) blocks[turn] = new Uint8Array(length);
-    return blocks[turn]!.subarray(0, length);
-  };
+  const blockOf = blockTurns(reuse ? 3 : 0);
   const fill = async ({ count, meeting }: Group): Promise<Uint8Array> => {
     const block = blockOf(count * slab);
     const full = [count, ...inner];

@@ -235,33 +235,27 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     // max − min again each time: min follows the best candidate so far
     iscale = fr(fr(fr(rmin + fr(TENTH * is)) + nmax) / fr(max - min));
     let first = n;
-    if (simdDue && iscale > 0 && fresh) {
-      // the same levels as the loop below, 32 lanes at once; the moments from them
-      const changed = wasmRelevel!(iscale, nmax);
+    if (fresh || !(iscale > 0)) {
+      let changed: number;
+      if (simdDue && iscale > 0) {
+        // the same levels as the loop below, 32 lanes at once
+        changed = wasmRelevel!(iscale, nmax);
+      } else {
+        changed = 0;
+        for (let i = 0; i < n; i++) {
+          const l = level(fr(iscale * shifted[i]!), nmax);
+          // which levels changed, as bits: no branch on a change, which is a coin toss here
+          const diff = l ^ laux[i]!;
+          changed |= ((diff | -diff) >>> 31) << i;
+          laux[i] = l;
+          ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
+          halfUp[i] = l < nmax ? l + 0.5 : Number.POSITIVE_INFINITY;
+        }
+      }
+      // the moments of the new levels
       mL = mLL = mXL = mAXL = 0;
       for (let i = 0; i < n; i++) {
         const l = laux[i]!;
-        const w = ws[i]!;
-        const xi = xs[i]!;
-        mL += w * l;
-        mLL += w * l * l;
-        mXL += w * xi * l;
-        mAXL += w * Math.abs(xi) * l;
-      }
-      if (changed !== 0) first = 31 - Math.clz32(changed & -changed);
-      fresh = false;
-    } else if (fresh || !(iscale > 0)) {
-      mL = mLL = mXL = mAXL = 0;
-      let changed = 0;
-      for (let i = 0; i < n; i++) {
-        const v = shifted[i]!;
-        const l = level(fr(iscale * v), nmax);
-        // which levels changed, as bits: no branch on a change, which is a coin toss here
-        const diff = l ^ laux[i]!;
-        changed |= ((diff | -diff) >>> 31) << i;
-        laux[i] = l;
-        ceiling[i] = l < nmax ? (l + 0.5) * CEILING_MARGIN : Number.POSITIVE_INFINITY;
-        halfUp[i] = l < nmax ? l + 0.5 : Number.POSITIVE_INFINITY;
         const w = ws[i]!;
         const xi = xs[i]!;
         mL += w * l;

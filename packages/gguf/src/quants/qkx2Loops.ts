@@ -12,7 +12,7 @@
  * returns plain arrays and no functions, and kQuantize.ts runs the same loops in JavaScript (and
  * where only SIMD is missing, those two).
  */
-import { WASM_HEADER, uleb, wasmName, wasmSection } from "@st-convert/core";
+import { WASM_HEADER, type WebAssemblyApi, hostWebAssembly, uleb, wasmName, wasmSection } from "@st-convert/core";
 
 /** The arrays the loops read and write (views of the module's memory, or plain arrays without it). */
 export interface Qkx2Loops {
@@ -235,13 +235,6 @@ function simdModule(): Uint8Array {
   ]);
 }
 
-/** The few WebAssembly names used here: the lib settings (ES2022, Node's types) declare none. */
-interface WebAssemblyApi {
-  Memory: new (descriptor: { initial: number; maximum: number }) => { readonly buffer: ArrayBuffer };
-  Module: new (bytes: Uint8Array) => object;
-  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> };
-}
-
 /** The SIMD module's functions, or none where SIMD is missing. */
 function simdLoops(wasm: WebAssemblyApi, memory: object): Pick<Qkx2Loops, "due" | "relevel"> {
   try {
@@ -261,20 +254,13 @@ export type Qkx2Functions = Pick<Qkx2Loops, Qkx2FunctionName>;
 /** Where each array's views were made: the memory the functions are instantiated over. */
 const memories = new WeakMap<Qkx2Arrays, object>();
 
-function webAssembly(): WebAssemblyApi | undefined {
-  const wasm = (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly;
-  // wasm memory is little-endian, as the views must be
-  const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
-  return littleEndian ? wasm : undefined;
-}
-
 /**
  * The loops' arrays: views of a WebAssembly memory where it can be made (a 64 KiB memory, no
  * module compiled), else plain arrays. Cheap: a caller that may never quantize makes them at once
  * and leaves the functions ({@link qkx2Functions}) for its first use.
  */
 export function qkx2Arrays(): Qkx2Arrays {
-  const wasm = webAssembly();
+  const wasm = hostWebAssembly();
   let memory: { buffer: ArrayBuffer } | undefined;
   try {
     // Never grown: the views of it are never detached.
@@ -317,7 +303,7 @@ export function qkx2Arrays(): Qkx2Arrays {
  * or a page's CSP refusing the compilation).
  */
 export function qkx2Functions(arrays: Qkx2Arrays): Qkx2Functions {
-  const wasm = webAssembly();
+  const wasm = hostWebAssembly();
   const memory = memories.get(arrays);
   if (wasm === undefined || memory === undefined) return {};
   try {

@@ -17,7 +17,7 @@
  * and stays below it otherwise (the gap is then at least an ulp of p); ½ itself would take 0.49999997
  * to 1.
  */
-import { LITTLE_ENDIAN, WASM_HEADER, sleb, uleb, wasmName, wasmSection } from "@st-convert/core";
+import { WASM_HEADER, hostWebAssembly, sleb, uleb, wasmName, wasmSection } from "@st-convert/core";
 
 /** Blocks per call into the module: 8,192 (1 MiB of values) keep its memory small and in cache, whatever the batch. */
 const CHUNK_BLOCKS = 8192;
@@ -136,13 +136,6 @@ function q8Module(): Uint8Array {
   ]);
 }
 
-/** The few WebAssembly names used here: the lib settings (ES2022, Node's types) declare none. */
-interface WebAssemblyApi {
-  Memory: new (descriptor: { initial: number; maximum: number }) => { readonly buffer: ArrayBuffer };
-  Module: new (bytes: Uint8Array) => object;
-  Instance: new (module: object, imports: object) => { readonly exports: Record<string, unknown> };
-}
-
 interface Kernel {
   readonly run: (src: number, dst: number, blocks: number, list: number) => number;
   readonly memory: ArrayBuffer;
@@ -159,9 +152,9 @@ let kernel: Kernel | null | undefined;
 function instantiate(): Kernel | null {
   if (kernel !== undefined) return kernel;
   kernel = null;
-  const wasm = (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly;
   // wasm loads are little-endian, the Float32Array copied in is the host's order
-  if (!LITTLE_ENDIAN || wasm === undefined) return null;
+  const wasm = hostWebAssembly();
+  if (wasm === undefined) return null;
   try {
     // Never grown: the views of it are never detached. Compiling throws where SIMD is missing.
     const memory = new wasm.Memory({ initial: MEMORY_PAGES, maximum: MEMORY_PAGES });

@@ -268,13 +268,17 @@ describeGgml("the K-quants' WebAssembly loops, and every kernel without WebAssem
     }
     return differing;
   };
-  it.each(["Q4_K", "Q5_K"])("%s: 2,048 random rows (make_qkx2's sums, errors and levels in WebAssembly)", (name) => {
+  /** Which of `count` random rows (seeded by `seed`) `quantize` makes into other bytes than ggml's C, as `name`. */
+  const rowsOff = (quantize: typeof quantizeRows, name: string, seed: number, count: number): number[] => {
     const type = (GgmlType as Record<string, number>)[name]!;
     const info = ggmlTypeInfo(type)!;
-    const rows = randomRows(new Random(0x4b51, type), 2048);
+    const rows = randomRows(new Random(seed, type), count);
     const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
-    quantizeRows(type, rows, ours);
-    expect(differingRows(ours, oracle.quantize(type, rows, 256), 2048)).toEqual([]);
+    quantize(type, rows, ours);
+    return differingRows(ours, oracle.quantize(type, rows, 256), count);
+  };
+  it.each(["Q4_K", "Q5_K"])("%s: 2,048 random rows (make_qkx2's sums, errors and levels in WebAssembly)", (name) => {
+    expect(rowsOff(quantizeRows, name, 0x4b51, 2048)).toEqual([]);
   });
   it("with WebAssembly but without its SIMD, the scalar module and the JavaScript loops give the same bytes", async () => {
     // An engine without SIMD refuses a module that uses it. The stand-in compiles only the scalar
@@ -297,14 +301,7 @@ describeGgml("the K-quants' WebAssembly loops, and every kernel without WebAssem
       const loops = qkx2Loops();
       expect([loops.sums !== undefined, loops.due !== undefined, loops.relevel !== undefined]).toEqual([true, false, false]);
       const scalar = await import("../../src/quants/index.js");
-      for (const name of ["Q8_0", "Q4_K", "Q5_K"]) {
-        const type = (GgmlType as Record<string, number>)[name]!;
-        const info = ggmlTypeInfo(type)!;
-        const rows = randomRows(new Random(0x5c41, type), 256);
-        const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
-        scalar.quantizeRows(type, rows, ours);
-        expect(differingRows(ours, oracle.quantize(type, rows, 256), 256), name).toEqual([]);
-      }
+      for (const name of ["Q8_0", "Q4_K", "Q5_K"]) expect(rowsOff(scalar.quantizeRows, name, 0x5c41, 256), name).toEqual([]);
     } finally {
       vi.unstubAllGlobals();
       vi.resetModules();
@@ -315,14 +312,7 @@ describeGgml("the K-quants' WebAssembly loops, and every kernel without WebAssem
     vi.resetModules();
     try {
       const plain = await import("../../src/quants/index.js");
-      for (const name of ["Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]) {
-        const type = (GgmlType as Record<string, number>)[name]!;
-        const info = ggmlTypeInfo(type)!;
-        const rows = randomRows(new Random(0x6a73, type), 128);
-        const ours = new Uint8Array((rows.length / info.blockSize) * info.typeSize);
-        plain.quantizeRows(type, rows, ours);
-        expect(differingRows(ours, oracle.quantize(type, rows, 256), 128), name).toEqual([]);
-      }
+      for (const name of ["Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]) expect(rowsOff(plain.quantizeRows, name, 0x6a73, 128), name).toEqual([]);
       const { hasQ8_0Simd: hasSimd } = await import("../../src/quants/simdQ8_0.js");
       expect(hasSimd()).toBe(false);
     } finally {
