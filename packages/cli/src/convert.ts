@@ -206,7 +206,13 @@ export async function convertInto(
                 noticed.add(message);
                 warnFor(fileName)(message);
               };
-              await outputFormat.write(part, sink, { options: options.formatOptions ?? {}, onWarning, fileName, kernelPool });
+              await outputFormat.write(part, sink, {
+                options: options.formatOptions ?? {},
+                onWarning,
+                fileName,
+                kernelPool,
+                freeLayout: inputFormat.freeLayout === true,
+              });
               options.signal?.throwIfAborted();
             },
             aliasesOf: async (path, fileName) => {
@@ -255,6 +261,7 @@ export async function convertInto(
           onWarning: warnFor(outputName),
           fileName: outputName,
           kernelPool,
+          freeLayout: inputFormat.freeLayout === true,
         });
         options.signal?.throwIfAborted();
         await sink.close();

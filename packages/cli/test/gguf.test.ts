@@ -10,8 +10,19 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemorySink, readTensorBytes, tensorFromBytes } from "@st-convert/core";
 import { type AtomicFileSink, createFileSink, openFileSource } from "@st-convert/core/node";
 import { nativeIo } from "@st-convert/native";
-import { Random, describeGgml, fixturePath, makeTempDir, expectOneLineRefusal as oneLineRefusal, pseudoRandomBytes, runCli, toHex } from "@st-convert/testing";
-import { castKernel } from "@st-convert/core";
+import {
+  Random,
+  describeGgml,
+  describeInterop,
+  fixturePath,
+  makeTempDir,
+  expectOneLineRefusal as oneLineRefusal,
+  pseudoRandomBytes,
+  runCli,
+  runPython,
+  toHex,
+} from "@st-convert/testing";
+import { SOURCE_ALIGNMENT, castKernel } from "@st-convert/core";
 import { readGguf } from "@st-convert/gguf";
 import { detectInputFormat, formatByName } from "../src/index.js";
 
@@ -183,6 +194,32 @@ describe.skipIf(nativeIo() === undefined)("kernel copies", () => {
     expect(await kernelCopied(join(dir, "big.gguf"), join(dir, "big.safetensors"), "safetensors")).toBe(896 * 1024 * 4);
     expect(await kernelCopied(join(dir, "big.safetensors"), join(dir, "back.gguf"), "gguf")).toBe(896 * 1024 * 4);
     expect(hex(join(dir, "back.gguf"))).toBe(toHex(sink.bytes()));
+  });
+});
+
+describeInterop("GGUF → safetensors laid out for the kernel copy", (python) => {
+  it("puts the largest tensors at their GGUF offsets within 64 KiB; safetensors reads the same tensors, with the module or without", () => {
+    const input = join(dir, "big.gguf");
+    const offsets = JSON.parse(runPython(python, "reference_gguf.py", ["big", input])) as Record<string, number>;
+    const outputs = [join(dir, "native.safetensors"), join(dir, "javascript.safetensors")];
+    ok([input, outputs[0]!]);
+    expect(runCli([input, outputs[1]!], { env: { ST_CONVERT_NATIVE: "0" } }).status).toBe(0);
+    // One input, one output: the layout depends on the input alone.
+    expect(readFileSync(outputs[1]!).equals(readFileSync(outputs[0]!))).toBe(true);
+    expect(runPython(python, "reference_gguf.py", ["same", outputs[0]!, input]).trim()).toBe("true");
+
+    const file = readFileSync(outputs[0]!);
+    const n = Number(file.readBigUInt64LE(0));
+    const text = file.subarray(8, 8 + n).toString("utf8");
+    const json = text.trimEnd();
+    const header = JSON.parse(json) as Record<string, { data_offsets: [number, number] }>;
+    // The 20 MiB tensor's data (the most bytes) where the GGUF holds it, modulo 64 KiB; the rest of
+    // the header is spaces, to a multiple of 8 and less than 64 KiB past it.
+    expect(SOURCE_ALIGNMENT).toBe(65536);
+    expect((8 + n + header["blk.0.ffn_up.weight"]!.data_offsets[0]) % 65536).toBe(offsets["blk.0.ffn_up.weight"]! % 65536);
+    expect(n % 8).toBe(0);
+    expect(text.length - json.length).toBeLessThan(65536 + 8);
+    expect(/^ *$/.test(text.slice(json.length))).toBe(true);
   });
 });
 

@@ -57,6 +57,14 @@ export interface FormatContext {
    */
   readonly writing?: string;
   /**
+   * True when no reference tool writes this conversion's output byte for byte, because the input's
+   * format has {@link TensorFormat.freeLayout}: a writer may then lay the file out for the copy
+   * (the safetensors writer pads its header so that tensors lie at their source's offsets within a
+   * page, which the kernel copies at `cp`'s speed). The same input gives the same bytes everywhere:
+   * the layout depends on the input alone, never on how it will be copied.
+   */
+  readonly freeLayout?: boolean;
+  /**
    * Threads the format's {@link TensorFormat.kernels} may run on (the CLI's worker threads, for a
    * single conversion); absent on the page and in a batch's own threads, where a format runs its
    * kernels itself, on the thread it was called on.
@@ -135,6 +143,12 @@ export interface TensorFormat {
    * was written, or none. A format that has it writes no single file: `write` refuses.
    */
   writeFolder?(tensors: TensorSource, open: (name: string) => Promise<ByteSink>, context: FormatContext): Promise<void>;
+  /**
+   * True when conversions from this format have no byte-exact reference, so their writers get
+   * {@link FormatContext.freeLayout}: a GGUF's keys go into the output's metadata in st-convert's
+   * own encoding, which no other tool writes.
+   */
+  readonly freeLayout?: boolean;
   /** True for a format that can only be read: `write` refuses, and the CLI refuses it as an output up front. */
   readonly readOnly?: boolean;
   /** True when the first bytes of a file look like this format (used when the extension says nothing). */

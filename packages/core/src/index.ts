@@ -37,6 +37,8 @@ export {
   COALESCED_READ_SIZE,
   MAX_HEADER_SIZE,
   SMALL_TENSOR_SIZE,
+  SOURCE_ALIGNED_FROM,
+  SOURCE_ALIGNMENT,
   type SafetensorsFile,
   type SafetensorsLayout,
   type SafetensorsReadOptions,

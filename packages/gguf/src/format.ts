@@ -49,6 +49,8 @@ export const ggufFormat: TensorFormat = {
   name: "gguf",
   description: "GGUF (llama.cpp, ggml): v2/v3, either byte order, split sets; every ggml block type",
   extensions: [".gguf"],
+  // Its keys go into the output's metadata in st-convert's own encoding: no reference writes the same file.
+  freeLayout: true,
   options: [
     {
       name: "keep-quantized",

@@ -273,7 +273,12 @@ export async function convertFiles(
       const selected: TensorSource = { metadata: metadataOf(opened.tensors.metadata, compiled, casts), tensors: cast };
       const observed = observe(selected, listeners.signal, listeners.onProgress);
       try {
-        await outputFormat.write(observed.source, sink, { options: compiled.formatOptions, onWarning: warn(outputName), fileName: outputName });
+        await outputFormat.write(observed.source, sink, {
+          options: compiled.formatOptions,
+          onWarning: warn(outputName),
+          fileName: outputName,
+          freeLayout: opened.format.freeLayout === true,
+        });
         listeners.signal?.throwIfAborted();
         await sink.close();
       } catch (error) {
