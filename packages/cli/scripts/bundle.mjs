@@ -1,4 +1,4 @@
-// Bundles the `st-convert` executable (after `tsc -b`): dist/cli.js and the workspace packages it
+// Bundles the `st-convert` executable (after `tsc -b`): dist/bin.js (the code cache, then cli.js) and the workspace packages it
 // imports become dist/st-convert.cjs (and dist/st-convert-worker.cjs, a batch's worker thread) plus
 // one chunk per lazily loaded format in dist/chunks/.
 // CommonJS, not ES modules: Node's ES module loader costs about 9 ms before the first line of an
@@ -57,7 +57,7 @@ function nativePackageEntry() {
 await build({
   // The batch's worker thread is an entry of its own, sharing the chunks (convertMany picks it when
   // it runs from the bundle).
-  input: { "st-convert": `${dist}cli.js`, "st-convert-worker": `${dist}batchWorker.js`, "st-convert-kernels": `${dist}kernelWorker.js` },
+  input: { "st-convert": `${dist}bin.js`, "st-convert-worker": `${dist}batchWorker.js`, "st-convert-kernels": `${dist}kernelWorker.js` },
   platform: "node",
   // fflate is imported only where node:zlib is missing, never under Node: it stays the npy
   // package's dependency instead of being copied into this one.

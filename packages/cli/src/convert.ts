@@ -24,7 +24,6 @@ import { WorkerKernelPool } from "./kernelPool.js";
 import type { RemoteInputOptions } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardPlan, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { plural } from "./text.js";
-import { checkpointDigest, digestingSource, removeOutput, verifyWritten } from "./verifyOutput.js";
 import type { TransformOptions } from "./transforms.js";
 
 export { type FileReport, type InspectOptions, type InspectedFile, type WarningListener, inspect, inspectEntries } from "./inspect.js";
@@ -159,17 +158,19 @@ export async function convertInto(
       if (options.verify === true && typeof output !== "string") {
         throw new StConvertError("InvalidOption", "--verify reads the output back; name a file as the output, not a stream");
       }
-      const digesting = options.verify === true || options.digest === true ? digestingSource(tensors.selected) : undefined;
+      // Loaded only when asked for: node:crypto costs a conversion about 3 ms of start-up.
+      const verifying = options.verify === true || options.digest === true ? await import("./verifyOutput.js") : undefined;
+      const digesting = verifying?.digestingSource(tensors.selected);
       const observed = observe(digesting?.source ?? tensors.selected, options.signal, options.onProgress);
       /** The digest of what was written, after the output was read back and compared when asked. */
       const checked = async (files: readonly string[], written: string, format: TensorFormat | undefined): Promise<string | undefined> => {
-        if (digesting === undefined) return undefined;
+        if (digesting === undefined || verifying === undefined) return undefined;
         try {
           const digests = digesting.digests();
-          if (options.verify === true) await verifyWritten(written, format, digests, options);
-          return checkpointDigest(digests);
+          if (options.verify === true) await verifying.verifyWritten(written, format, digests, options);
+          return verifying.checkpointDigest(digests);
         } catch (error) {
-          await removeOutput(files);
+          await verifying.removeOutput(files);
           throw withContext(error, { file: written });
         }
       };
@@ -274,7 +275,7 @@ export async function convertInto(
           ? await checked([output], output, outputFormat)
           : digesting === undefined
             ? undefined
-            : checkpointDigest(digesting.digests());
+            : verifying?.checkpointDigest(digesting.digests());
       return { ...result, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
     },
     { ...options.remote, signal: options.signal },

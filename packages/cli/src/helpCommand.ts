@@ -51,8 +51,10 @@ into place only on success; a refused input, Ctrl-C or a closed terminal leaves 
 `;
 }
 
-/** The package's version (the bundle and tsc's output both sit in dist/, one folder below package.json). */
+/** The package's version (tsc's output sits in dist/, one folder below package.json; the bundle's chunks in dist/chunks/, two). */
 export function version(): string {
-  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
+  const dir = new URL(".", import.meta.url);
+  const manifest = new URL(dir.pathname.endsWith("/chunks/") ? "../../package.json" : "../package.json", dir);
+  const pkg = JSON.parse(readFileSync(manifest, "utf8")) as { version: string };
   return pkg.version;
 }
