@@ -22,6 +22,9 @@ import { homedir } from "node:os";
 import { basename, dirname, isAbsolute, join } from "node:path";
 import { Script, constants } from "node:vm";
 
+/** An `import("…")` call (a mention of `import()` in a comment is not one). */
+const IMPORT_CALL = /\bimport\(\s*["'`]/;
+
 /** Files of the cache left unread for this long are removed by a run that writes. */
 const STALE_AFTER_MS = 30 * 24 * 3600 * 1000;
 
@@ -85,7 +88,9 @@ function hookCompile(internals: ModuleInternals, chunksDir: string, folder: stri
   /** Scripts compiled without usable cached code: their code is written once the run ends. */
   const fresh: [path: string, script: Script][] = [];
   internals.prototype._compile = function (this: CompilingModule, content: string, filename: string, ...rest: unknown[]) {
-    if (dirname(filename) !== chunksDir) return compile.call(this, content, filename, ...rest);
+    // A chunk that imports a module by name compiles as usual: Node 20 loses a script's import()
+    // callback when V8 builds it from cached code ("A dynamic import callback was not specified").
+    if (dirname(filename) !== chunksDir || IMPORT_CALL.test(content)) return compile.call(this, content, filename, ...rest);
     const path = join(folder, `${basename(filename)}.v8`);
     const cached = readCached(path);
     let script: Script;

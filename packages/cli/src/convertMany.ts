@@ -3,7 +3,7 @@
  * keeping the relative layout. Every file is attempted; the summary says what was converted,
  * skipped and failed, and why.
  */
-import type { Stats } from "node:fs";
+import { type Stats, closeSync, openSync, writeSync } from "node:fs";
 import { mkdir, readdir, stat } from "node:fs/promises";
 import { basename, dirname, join, normalize, resolve, sep } from "node:path";
 import { StConvertError, type TensorFormat, compareCodePoints, isStConvertError } from "@st-convert/core";
@@ -391,7 +391,6 @@ interface Manifest {
 }
 
 async function openManifest(path: string): Promise<Manifest> {
-  const { openSync, writeSync, closeSync } = await import("node:fs");
   let fd: number;
   try {
     fd = openSync(path, "a");

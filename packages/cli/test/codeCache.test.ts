@@ -4,9 +4,11 @@
  * could have written it. What a run compiled is seen in the files it leaves; whether V8 used them
  * is V8's affair (it rejects code of another source or build), so no timing is asserted here.
  */
+import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import Module from "node:module";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { fixturePath, makeTempDir, runCli } from "@st-convert/testing";
 
@@ -67,5 +69,28 @@ describe.skipIf(nodeKeepsIt)("the code cache", () => {
 
     convert({ XDG_CACHE_HOME: join(dir, "off"), ST_CONVERT_CODE_CACHE: "0" });
     expect(existsSync(join(dir, "off"))).toBe(false);
+  });
+
+  it("compiles a chunk that imports a module by name as usual (Node 20 loses its import() with cached code)", () => {
+    const chunks = join(dir, "chunks");
+    mkdirSync(chunks);
+    writeFileSync(join(chunks, "imports.cjs"), 'module.exports = () => import("node:path").then((path) => path.sep);\n');
+    writeFileSync(join(chunks, "plain.cjs"), "module.exports = () => 6 * 7;\n");
+    const codeCache = fileURLToPath(new URL("../dist/codeCache.js", import.meta.url));
+    const script = `
+      import { createRequire } from "node:module";
+      import { enableCodeCache } from ${JSON.stringify(codeCache)};
+      enableCodeCache(${JSON.stringify(chunks)});
+      const require = createRequire(${JSON.stringify(join(chunks, "x.cjs"))});
+      console.log(require("./plain.cjs")(), await require("./imports.cjs")());`;
+    for (let run = 0; run < 2; run++) {
+      const ran = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+        encoding: "utf8",
+        env: { ...process.env, XDG_CACHE_HOME: join(dir, "cache") },
+      });
+      expect(ran.stderr).toBe("");
+      expect(ran.stdout).toBe("42 /\n");
+    }
+    expect(readdirSync(folder())).toEqual(["plain.cjs.v8"]);
   });
 });
