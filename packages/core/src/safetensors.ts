@@ -486,10 +486,11 @@ export interface SafetensorsWriteOptions {
 /**
  * The block within which {@link SafetensorsWriteOptions.matchSourcePages} places tensor bytes as
  * their source does. Linux copies between files (`copy_file_range`) a page-cache folio at a time,
- * and ext4 keeps a file's cache in folios larger than a page: copying 1 GiB from offset 320 took
- * 0.26–0.30 s to an output offset equal to it modulo 64 KiB, 128 KiB or 1 MiB, the time of `cp`;
- * 0.31–0.37 s modulo 32 KiB, 0.33–0.36 s modulo 16 KiB and 0.40–0.49 s modulo a 4 KiB page only
- * (2026-12-07, 3–5 interleaved runs each, outputs removed and synced between).
+ * and ext4 keeps a file's cache in folios larger than a page. Copying 1 GiB from offset 320 of a
+ * file to an offset equal to it modulo 64 KiB took a median 0.285 s, as `cp` (0.286 s) and an
+ * equal offset (0.283 s), and 0.270 s and 0.282 s modulo 256 KiB and 2 MiB; modulo a 4 KiB page
+ * only, 0.412 s (2026-12-07, 7 interleaved runs each after dropping the page cache and compacting
+ * memory, outputs synced between).
  */
 export const SOURCE_ALIGNMENT = 64 * 1024;
 
