@@ -447,7 +447,7 @@ function siblingPath(files: readonly NamedBlob[], indexName: string, name: strin
 
 /**
  * The source with its tensors' chunks counted towards progress and checked against the abort
- * signal; `reading()` tells whether a failure happened while pulling input bytes (blame the input)
+ * signal (their extents passed on); `reading()` tells whether a failure happened while pulling input bytes (blame the input)
  * or while writing (blame the output). A writer may pull a tensor twice (the JSON writer scans
  * floats first): progress counts the furthest byte reached in each tensor.
  */
@@ -466,6 +466,9 @@ function observe(
       dtype: entry.dtype,
       shape: entry.shape,
       byteLength: entry.byteLength,
+      // Passed on: the page copies nothing in a kernel, but a writer lays its file out by where the
+      // bytes lie (a GGUF's conversion to safetensors), as the command does.
+      extent: entry.extent?.bind(entry),
       async *chunks(options?: ChunkOptions) {
         const iterator = entry.chunks(options)[Symbol.asyncIterator]();
         let position = 0;
