@@ -54,7 +54,7 @@ describe.skipIf(nodeKeepsIt)("the code cache", () => {
     expect(readFileSync(join(folder(), name)).toString("latin1")).not.toBe("not V8's code cache");
   });
 
-  it("is off where another user could write the folder, where it is a link, or when asked", () => {
+  it("is off where another user could write the folder, where it is a link or cannot be made, or when asked", () => {
     mkdirSync(folder(), { recursive: true });
     chmodSync(folder(), 0o777);
     convert({});
@@ -69,6 +69,11 @@ describe.skipIf(nodeKeepsIt)("the code cache", () => {
 
     convert({ XDG_CACHE_HOME: join(dir, "off"), ST_CONVERT_CODE_CACHE: "0" });
     expect(existsSync(join(dir, "off"))).toBe(false);
+
+    // A file where the folder would be made: the cache cannot be made, the command runs all the same.
+    writeFileSync(join(dir, "file"), "");
+    convert({ XDG_CACHE_HOME: join(dir, "file") });
+    expect(readFileSync(join(dir, "file"))).toHaveLength(0);
   });
 
   it("compiles a chunk that imports a module by name as usual (Node 20 loses its import() with cached code)", () => {
