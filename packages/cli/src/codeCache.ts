@@ -42,31 +42,23 @@ type ModuleInternals = {
   enableCompileCache?: (directory?: string) => unknown;
 };
 
-/**
- * Compiles the chunks in `chunksDir` with the cache, from now on in this thread. Returns the cache
- * folder, or undefined where the cache is off.
- */
-export function enableCodeCache(chunksDir: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+/** Compiles the chunks in `chunksDir` with the cache, from now on in this thread, where the cache can be on. */
+export function enableCodeCache(chunksDir: string, env: NodeJS.ProcessEnv = process.env): void {
   try {
-    if (env.ST_CONVERT_CODE_CACHE === "0") return undefined;
+    if (env.ST_CONVERT_CODE_CACHE === "0") return;
     const folder = privateFolder(env);
-    if (folder === undefined) return undefined;
+    if (folder === undefined) return;
     const internals = Module as unknown as ModuleInternals;
-    if (typeof internals.enableCompileCache === "function") {
-      internals.enableCompileCache(folder);
-      return folder;
-    }
-    if (
-      typeof internals.prototype._compile !== "function" ||
-      typeof internals.wrap !== "function" ||
-      constants?.USE_MAIN_CONTEXT_DEFAULT_LOADER === undefined
+    if (typeof internals.enableCompileCache === "function") internals.enableCompileCache(folder);
+    else if (
+      typeof internals.prototype._compile === "function" &&
+      typeof internals.wrap === "function" &&
+      constants?.USE_MAIN_CONTEXT_DEFAULT_LOADER !== undefined
     ) {
-      return undefined;
+      hookCompile(internals, chunksDir, folder);
     }
-    hookCompile(internals, chunksDir, folder);
-    return folder;
   } catch {
-    return undefined;
+    // The cache stays off: the chunks compile as they always did.
   }
 }
 

@@ -152,6 +152,8 @@ export async function convertInto(
         outputFormat.name,
       );
       for (const message of unusedFormatOptions(options.formatOptions ?? {}, inputFormat, outputFormat, formats)) warnFor(inputName)(message);
+      // No reference writes a conversion from such a format byte for byte: the writer may lay it out for the copy.
+      const freeLayout = inputFormat.freeLayout === true;
       const tied = tiedWeightsNotice(tensors.selected, outputFormat.name);
       if (tied !== undefined) warnFor(outputName)(tied);
       checkSomethingToWrite(tensors, options, warnings.length > 0);
@@ -212,7 +214,7 @@ export async function convertInto(
                 onWarning,
                 fileName,
                 kernelPool,
-                freeLayout: inputFormat.freeLayout === true,
+                freeLayout,
               });
               options.signal?.throwIfAborted();
             },
@@ -262,7 +264,7 @@ export async function convertInto(
           onWarning: warnFor(outputName),
           fileName: outputName,
           kernelPool,
-          freeLayout: inputFormat.freeLayout === true,
+          freeLayout,
         });
         options.signal?.throwIfAborted();
         await sink.close();

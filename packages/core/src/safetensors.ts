@@ -643,9 +643,10 @@ function planSafetensors<T extends TensorInfo>(
   }
   starts[count] = at;
   json.ascii("}");
-  const extra = extraPadding?.(order, starts, 8 + json.paddedLength()) ?? 0;
+  const padded = json.paddedLength();
+  const extra = extraPadding?.(order, starts, 8 + padded) ?? 0;
   // Padding never makes a header too large: past the limit it is left out.
-  const header = json.finish(maxHeaderSize, json.paddedLength() + extra > maxHeaderSize ? 0 : extra);
+  const header = json.finish(maxHeaderSize, padded + extra > maxHeaderSize ? 0 : extra);
   const headerLength = header.reduce((n, piece) => n + piece.byteLength, -8);
   return { header, headerLength, order, starts, fileSize: 8 + headerLength + at };
 }
@@ -736,7 +737,7 @@ class HeaderBytes {
    */
   finish(maxHeaderSize: number, extra = 0): Uint8Array[] {
     this.#end();
-    const headerLength = Math.ceil(this.#bytes / 8) * 8 + extra;
+    const headerLength = this.paddedLength() + extra;
     if (headerLength > maxHeaderSize) {
       throw new StConvertError("HeaderTooLarge", `header too large: ${headerLength} bytes, the limit is ${maxHeaderSize}`);
     }
