@@ -30,6 +30,7 @@ import {
   dequantizeIQ4_XS,
 } from "./iQuants.js";
 import { dequantizeBF16, dequantizeF16, dequantizeF32 } from "./plain.js";
+import { dequantizeSimd } from "./simdDequant.js";
 import { hasQ8_0Simd, quantizeQ8_0Simd } from "./simdQ8_0.js";
 import { dequantizeMXFP4, dequantizeNVFP4, dequantizeTQ1_0, dequantizeTQ2_0, quantizeMXFP4, quantizeTQ1_0, quantizeTQ2_0 } from "./smallFloats.js";
 
@@ -39,6 +40,13 @@ export { Q8_0_SLOT_BYTES, giveBackQ8_0Slot, takeQ8_0Slot } from "./simdQ8_0.js";
 type Dequantizer = (src: Uint8Array, dst: Float32Array, blocks: number) => void;
 type Quantizer = (src: Float32Array, dst: Uint8Array, blocks: number) => void;
 
+/** A type's dequantization by the WebAssembly SIMD kernel where it runs, else by the JavaScript loops (the same bits). */
+function fastest(type: number, scalar: Dequantizer): Dequantizer {
+  return (src, dst, blocks) => {
+    if (!dequantizeSimd(type, src, dst, blocks)) scalar(src, dst, blocks);
+  };
+}
+
 const DEQUANTIZE = new Map<number, Dequantizer>([
   [GgmlType.F32, dequantizeF32],
   [GgmlType.F16, dequantizeF16],
@@ -47,12 +55,12 @@ const DEQUANTIZE = new Map<number, Dequantizer>([
   [GgmlType.Q4_1, dequantizeQ4_1],
   [GgmlType.Q5_0, dequantizeQ5_0],
   [GgmlType.Q5_1, dequantizeQ5_1],
-  [GgmlType.Q8_0, dequantizeQ8_0],
+  [GgmlType.Q8_0, fastest(GgmlType.Q8_0, dequantizeQ8_0)],
   [GgmlType.Q2_K, dequantizeQ2_K],
   [GgmlType.Q3_K, dequantizeQ3_K],
-  [GgmlType.Q4_K, dequantizeQ4_K],
+  [GgmlType.Q4_K, fastest(GgmlType.Q4_K, dequantizeQ4_K)],
   [GgmlType.Q5_K, dequantizeQ5_K],
-  [GgmlType.Q6_K, dequantizeQ6_K],
+  [GgmlType.Q6_K, fastest(GgmlType.Q6_K, dequantizeQ6_K)],
   [GgmlType.IQ2_XXS, dequantizeIQ2_XXS],
   [GgmlType.IQ2_XS, dequantizeIQ2_XS],
   [GgmlType.IQ2_S, dequantizeIQ2_S],

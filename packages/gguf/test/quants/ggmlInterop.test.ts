@@ -7,7 +7,9 @@
 import { describeGgml, Random } from "@st-convert/testing";
 import { expect, it, vi } from "vitest";
 import { canDequantize, canQuantize, dequantizeRows, GgmlType, ggmlTypeInfo, quantizeRows } from "../../src/quants/index.js";
-import { quantizeQ8_0 } from "../../src/quants/legacy.js";
+import { dequantizeQ4_K, dequantizeQ6_K } from "../../src/quants/kQuants.js";
+import { dequantizeQ8_0, quantizeQ8_0 } from "../../src/quants/legacy.js";
+import { dequantizeSimd, hasDequantSimd } from "../../src/quants/simdDequant.js";
 import { hasQ8_0Simd, quantizeQ8_0Simd } from "../../src/quants/simdQ8_0.js";
 
 /** Byte offsets of each type's f16 scales, given finite random values so most blocks are ordinary numbers. */
@@ -255,6 +257,45 @@ describeGgml("Q8_0's WebAssembly SIMD and JavaScript kernels against ggml's C", 
     };
     expect(differing(simd)).toEqual([]);
     expect(differing(scalar)).toEqual([]);
+  });
+});
+
+describeGgml("Q8_0, Q4_K and Q6_K dequantization: the WebAssembly SIMD and JavaScript kernels against ggml's C", (oracle) => {
+  const SCALAR = { Q8_0: dequantizeQ8_0, Q4_K: dequantizeQ4_K, Q6_K: dequantizeQ6_K };
+  it("runs the SIMD kernel on this Node", () => {
+    for (const name of Object.keys(SCALAR)) expect(hasDequantSimd((GgmlType as Record<string, number>)[name]!), name).toBe(true);
+  });
+  // 5,000 blocks: more than one call into the module (2,048 blocks), the last one partial
+  it.each(Object.keys(SCALAR))("%s: both give ggml's bits on 5,000 random blocks (NaN, infinite and subnormal scales among them)", (name) => {
+    const type = (GgmlType as Record<string, number>)[name]!;
+    const info = ggmlTypeInfo(type)!;
+    const blocks = randomBlocks(new Random(0x5d51, type), name, 5000);
+    const expected = oracle.dequantize(type, blocks);
+    const simd = new Float32Array(5000 * info.blockSize);
+    const scalar = new Float32Array(5000 * info.blockSize);
+    expect(dequantizeSimd(type, blocks, simd, 5000)).toBe(true);
+    SCALAR[name as keyof typeof SCALAR](blocks, scalar, 5000);
+    expect(bitDifferences(simd, expected)).toEqual([]);
+    expect(bitDifferences(scalar, expected)).toEqual([]);
+  });
+  it("without WebAssembly (a page whose CSP refuses it), dequantizeRows gives the same bits by the JavaScript loops", async () => {
+    vi.stubGlobal("WebAssembly", undefined);
+    vi.resetModules();
+    try {
+      const plain = await import("../../src/quants/index.js");
+      const simd = await import("../../src/quants/simdDequant.js");
+      for (const name of Object.keys(SCALAR)) {
+        const type = (GgmlType as Record<string, number>)[name]!;
+        const blocks = randomBlocks(new Random(0x6a74, type), name, 300);
+        const ours = new Float32Array(300 * ggmlTypeInfo(type)!.blockSize);
+        plain.dequantizeRows(type, blocks, ours);
+        expect(bitDifferences(ours, oracle.dequantize(type, blocks)), name).toEqual([]);
+        expect(simd.hasDequantSimd(type), name).toBe(false);
+      }
+    } finally {
+      vi.unstubAllGlobals();
+      vi.resetModules();
+    }
   });
 });
 

@@ -2,11 +2,14 @@
  * The pieces under the block kernels, against torch's own conversions (fixtures/casts), and the entry
  * points' contracts: which types they take, and whole blocks only.
  */
-import { fixturePath } from "@st-convert/testing";
+import { fixturePath, Random } from "@st-convert/testing";
 import { readFileSync } from "node:fs";
 import { describe, expect, it, vi } from "vitest";
 import { floatToHalf, halfToFloatTable } from "../../src/quants/floatBits.js";
 import { canDequantize, canQuantize, dequantizeRows, GgmlType, ggmlTypeInfo, quantizeRows } from "../../src/quants/index.js";
+import { dequantizeQ4_K, dequantizeQ6_K } from "../../src/quants/kQuants.js";
+import { dequantizeQ8_0 } from "../../src/quants/legacy.js";
+import { dequantizeSimd } from "../../src/quants/simdDequant.js";
 
 function casts(name: string): Buffer {
   return readFileSync(fixturePath("casts", name));
@@ -40,6 +43,29 @@ describe("F16 scales", () => {
     }
     expect(wrong).toEqual([]);
     expect(nans).toBeGreaterThan(0);
+  });
+});
+
+describe("dequantization in WebAssembly SIMD", () => {
+  // Random bytes: every scale bit pattern (NaN, infinite, subnormal f16s) and every quant; the fixtures
+  // (gguf-py's bits) and, with ggml's C, the interop tests check both kernels against the references.
+  it.each([
+    ["Q8_0", dequantizeQ8_0],
+    ["Q4_K", dequantizeQ4_K],
+    ["Q6_K", dequantizeQ6_K],
+  ] as const)("%s gives the JavaScript loops' bits on 4,100 blocks of random bytes", (name, scalar) => {
+    const type = GgmlType[name];
+    const info = ggmlTypeInfo(type)!;
+    const blocks = new Random(0x51d, type).bytes(4100 * info.typeSize);
+    const simd = new Float32Array(4100 * info.blockSize);
+    const loops = new Float32Array(4100 * info.blockSize);
+    expect(dequantizeSimd(type, blocks, simd, 4100)).toBe(true);
+    scalar(blocks, loops, 4100);
+    const a = new Uint32Array(simd.buffer);
+    const b = new Uint32Array(loops.buffer);
+    const differing: number[] = [];
+    for (let i = 0; i < a.length && differing.length < 8; i++) if (a[i] !== b[i] && !(Number.isNaN(simd[i]) && Number.isNaN(loops[i]))) differing.push(i);
+    expect(differing).toEqual([]);
   });
 });
 
@@ -107,7 +133,7 @@ describe("the entry points", () => {
 });
 
 describe("start-up", () => {
-  it("builds no WebAssembly module to load the kernels or dequantize: the K-quant loops wait for the first K-quant quantization", async () => {
+  it("builds no WebAssembly module to load the kernels or widen F16; the first Q4_K dequantization builds its kernel, the first K-quant quantization the loops", async () => {
     type Api = { Module: new (bytes: Uint8Array) => object; Memory: unknown; Instance: unknown; CompileError: unknown };
     const wasm = (globalThis as unknown as { WebAssembly: Api }).WebAssembly;
     let built = 0;
@@ -122,12 +148,15 @@ describe("start-up", () => {
     try {
       const fresh = await import("../../src/quants/index.js");
       const blocks = new Uint8Array(2 * 144);
-      fresh.dequantizeRows(GgmlType.Q4_K, blocks, new Float32Array(512));
       fresh.dequantizeRows(GgmlType.F16, new Uint8Array(8), new Float32Array(4));
+      fresh.dequantizeRows(GgmlType.Q4_0, new Uint8Array(18), new Float32Array(32));
       expect(built).toBe(0);
+      fresh.dequantizeRows(GgmlType.Q4_K, blocks, new Float32Array(512));
+      fresh.dequantizeRows(GgmlType.Q6_K, new Uint8Array(210), new Float32Array(256));
+      expect(built).toBe(1);
       const values = new Float32Array(256).map((_, i) => Math.cos(i));
       fresh.quantizeRows(GgmlType.Q4_K, values, blocks.subarray(0, 144));
-      expect(built).toBeGreaterThan(0);
+      expect(built).toBeGreaterThan(1);
     } finally {
       vi.unstubAllGlobals();
       vi.resetModules();
