@@ -1,65 +1,118 @@
 #!/usr/bin/env node
 // The ggml block-type kernels of @st-convert/gguf against ggml's C on one thread: CPU time to quantize
-// and to dequantize the same values, best of a few runs. Small by default (4 MiB of F32); not part of
-// `pnpm bench`, which measures whole conversions.
+// and to dequantize the same values, and whether the bytes are the same. Run alone it prints the best
+// of a few runs (4 MiB of F32 by default); `pnpm bench` (bench/run.mjs) runs `compareKernels` for its
+// "block-type kernels against ggml's C" rows (medians, 16 MiB).
 //
 //   node bench/gguf-quants.mjs [MiB] [TYPE...]      (after `pnpm build`; ggml's C from ST_CONVERT_GGML_LIB or .ggml-oracle/)
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const { canQuantize, dequantizeRows, GgmlType, ggmlTypeInfo, quantizeRows } = await import(join(root, "packages/gguf/dist/quants/index.js"));
 
-const mib = Number(process.argv[2] ?? 4);
-const names = process.argv.length > 3 ? process.argv.slice(3) : ["Q8_0", "Q4_0", "Q4_K", "Q6_K", "Q2_K"];
-const library = process.env.ST_CONVERT_GGML_LIB || join(root, ".ggml-oracle/build/src/libggml-base.so");
-const hasC = existsSync(library);
-const REPS = 5;
+/** ggml's libggml-base (scripts/ggml-oracle.sh builds it), driven through fixtures/reference_ggml.py. */
+export const ggmlLibrary = process.env.ST_CONVERT_GGML_LIB || join(root, ".ggml-oracle/build/src/libggml-base.so");
+const driver = join(root, "fixtures/reference_ggml.py");
+/** Values per row given to ggml_quantize_chunk (one K-quant block). */
+const ROW = 256;
 
-// Gaussian-like values with varying scales, as weights look
-const values = new Float32Array((mib * 1024 * 1024) / 4 - (((mib * 1024 * 1024) / 4) % 256));
-let seed = 12345;
-for (let i = 0; i < values.length; i++) {
-  seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
-  const u = seed / 2 ** 32;
-  values[i] = (u - 0.5) * (1 + ((i >> 8) % 7));
+/** Whether ggml's C library is there. */
+export const hasGgml = () => existsSync(ggmlLibrary);
+
+/** ggml's version and commit as the library reports them ("0.21.0 f8c7454"), or undefined. */
+export function ggmlVersion() {
+  const run = spawnSync("python3", [driver, ggmlLibrary, "version"], { encoding: "utf8" });
+  return run.status === 0 ? run.stdout.trim() : undefined;
 }
 
-function cpuMs(run) {
-  run(); // warm-up: the first runs are the JIT's
+/** `mib` MiB of F32 values, whole rows of 256: uniform around 0, the scale 1 to 7 in turn from one 256 values to the next. */
+export function testValues(mib) {
+  const count = (mib * 1024 * 1024) / 4;
+  const values = new Float32Array(count - (count % ROW));
+  let seed = 12345;
+  for (let i = 0; i < values.length; i++) {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    const u = seed / 2 ** 32;
+    values[i] = (u - 0.5) * (1 + ((i >> 8) % 7));
+  }
+  return values;
+}
+
+/** CPU ms (user + system) of each of `reps` runs of `run`, after two untimed ones (the JIT's). */
+function cpuMs(run, reps) {
   run();
-  let best = Number.POSITIVE_INFINITY;
-  for (let r = 0; r < REPS; r++) {
+  run();
+  const times = [];
+  for (let r = 0; r < reps; r++) {
     const start = process.cpuUsage();
     run();
     const used = process.cpuUsage(start);
-    best = Math.min(best, (used.user + used.system) / 1000);
+    times.push((used.user + used.system) / 1000);
   }
-  return best;
+  return times;
 }
 
-console.log(
-  `${values.length} values (${mib} MiB of F32), best of ${REPS}, CPU ms; ggml's C ${hasC ? `from ${library}` : "not found (run scripts/ggml-oracle.sh)"}`,
-);
-for (const name of names) {
+/** Runs fixtures/reference_ggml.py `command` on `input`; its stdout, or an Error. */
+function ggml(args, input) {
+  const run = spawnSync("python3", [driver, ggmlLibrary, ...args], { input, maxBuffer: 1 << 30 });
+  if (run.status !== 0) throw new Error(`reference_ggml.py ${args.join(" ")} failed (${run.status}): ${run.stderr.toString().trim()}`);
+  return run.stdout;
+}
+
+const sameBytes = (a, b) => Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+
+/**
+ * Type `name`'s kernels, ours (on this thread) and ggml's C (`ggml_quantize_chunk` without an
+ * importance matrix, and the type's `to_float`, in a python3 process, one thread), on `values`:
+ * CPU ms of each of `reps` runs, and whether ggml's blocks are ours byte for byte (`sameBlocks`) and
+ * ours dequantize ggml's blocks to ggml's F32 bit for bit (`sameValues`). Without ggml's library,
+ * only our times. Quantization is timed only where `canQuantize`.
+ */
+export function compareKernels(name, values, reps) {
   const type = GgmlType[name];
+  if (type === undefined) throw new Error(`no ggml type ${name}`);
   const info = ggmlTypeInfo(type);
   const blocks = new Uint8Array((values.length / info.blockSize) * info.typeSize);
   const out = new Float32Array(values.length);
-  const q = canQuantize(type) ? cpuMs(() => quantizeRows(type, values, blocks)) : Number.NaN;
-  const d = cpuMs(() => dequantizeRows(type, blocks, out));
-  let c = "";
-  if (hasC) {
-    const run = spawnSync("python3", [join(root, "fixtures/reference_ggml.py"), library, "time", String(type), "256", String(REPS)], {
-      input: new Uint8Array(values.buffer),
-      maxBuffer: 1 << 20,
-    });
-    if (run.status === 0) {
-      const t = JSON.parse(run.stdout.toString());
-      c = `   ggml C: quantize ${(t.quantize * 1000).toFixed(1)}, dequantize ${(t.dequantize * 1000).toFixed(1)}   ratio ${(q / (t.quantize * 1000)).toFixed(2)}x, ${(d / (t.dequantize * 1000)).toFixed(2)}x`;
+  const result = { name, values: values.length, reps };
+  result.ours = {
+    quantize: canQuantize(type) ? cpuMs(() => quantizeRows(type, values, blocks), reps) : undefined,
+    dequantize: cpuMs(() => dequantizeRows(type, blocks, out), reps),
+  };
+  if (!hasGgml()) return result;
+  const input = new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+  const t = JSON.parse(ggml(["time", String(type), String(ROW), String(reps)], input).toString());
+  result.ggml = { quantize: t.quantizeRuns.map((s) => s * 1000), dequantize: t.dequantizeRuns.map((s) => s * 1000) };
+  const theirs = new Uint8Array(ggml(["quantize", String(type), String(ROW)], input));
+  if (canQuantize(type)) result.sameBlocks = sameBytes(blocks, theirs);
+  // Both dequantize ggml's blocks.
+  dequantizeRows(type, theirs, out);
+  result.sameValues = sameBytes(out, new Uint8Array(ggml(["dequantize", String(type)], theirs)));
+  return result;
+}
+
+// Run alone: the best of a few runs of each type.
+if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const mib = Number(process.argv[2] ?? 4);
+  const names = process.argv.length > 3 ? process.argv.slice(3) : ["Q8_0", "Q4_0", "Q4_K", "Q6_K", "Q2_K"];
+  const REPS = 5;
+  const values = testValues(mib);
+  const best = (xs) => Math.min(...xs);
+  console.log(
+    `${values.length} values (${mib} MiB of F32), best of ${REPS}, CPU ms; ggml's C ${hasGgml() ? `from ${ggmlLibrary}` : "not found (run scripts/ggml-oracle.sh)"}`,
+  );
+  for (const name of names) {
+    const r = compareKernels(name, values, REPS);
+    const q = r.ours.quantize ? best(r.ours.quantize) : Number.NaN;
+    const d = best(r.ours.dequantize);
+    let c = "";
+    if (r.ggml) {
+      const [cq, cd] = [best(r.ggml.quantize), best(r.ggml.dequantize)];
+      c = `   ggml C: quantize ${cq.toFixed(1)}, dequantize ${cd.toFixed(1)}   ratio ${(q / cq).toFixed(2)}x, ${(d / cd).toFixed(2)}x   same bytes: blocks ${r.sameBlocks ?? "n/a"}, F32 ${r.sameValues}`;
     }
+    console.log(`${name.padEnd(6)} quantize ${q.toFixed(1).padStart(8)}  dequantize ${d.toFixed(1).padStart(6)}${c}`);
   }
-  console.log(`${name.padEnd(6)} quantize ${q.toFixed(1).padStart(8)}  dequantize ${d.toFixed(1).padStart(6)}${c}`);
 }

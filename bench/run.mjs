@@ -13,6 +13,8 @@
 // the counts `--many` gives, in every format, each direction and `info`; the npy-folder rows,
 // one file per tensor, at the counts `--many-folders` gives, by default the same).
 // `--many-rows TEXT` runs only the rows of that section whose names contain TEXT (`info json`).
+// `--only kernels` runs only the block-type kernels against ggml's C (bench/gguf-quants.mjs), one row
+// per type, named "block-type kernels against ggml's C: Q4_K"; skipped without ggml's library.
 //
 // Inputs are made by the reference tools (bench/reference.py) in bench-out/ (gitignored) and
 // removed at the end. Each contestant runs once untimed before the timed, interleaved runs.
@@ -603,7 +605,7 @@ const mib = (b) => b / 1024 ** 2;
 const sameCell = (c, identical) => (identical === undefined ? "n/a" : identical ? (c.compare === "tensors" ? "yes (tensors)" : "yes") : "**no**");
 const fmt = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : "n/a");
 
-function report(rows, big, many) {
+function report(rows, big, many, kernels) {
   const pyVersions = python
     ? spawnSync(
         python,
@@ -629,14 +631,15 @@ function report(rows, big, many) {
   ];
   for (const state of STATES) {
     const inState = rows.filter((r) => r.state === state);
-    if (inState.length === 0) continue;
-    lines.push(
-      "",
-      `## ${state[0].toUpperCase()}${state.slice(1)} state`,
-      "",
-      "| path | input | st-convert | MiB/s | peak RSS | baseline | baseline time | ratio | target | met | same bytes as the reference |",
-      "|---|---|---|---|---|---|---|---|---|---|---|",
-    );
+    const kernelsInState = kernels.filter((r) => r.state === state);
+    if (inState.length === 0 && kernelsInState.length === 0) continue;
+    lines.push("", `## ${state[0].toUpperCase()}${state.slice(1)} state`);
+    if (inState.length > 0)
+      lines.push(
+        "",
+        "| path | input | st-convert | MiB/s | peak RSS | baseline | baseline time | ratio | target | met | same bytes as the reference |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+      );
     for (const { c, inputBytes, summary, identical } of inState) {
       const ours = summary.ours;
       // A throughput target: MiB of tensor data per second (c.bytes; the input may be text).
@@ -669,6 +672,7 @@ function report(rows, big, many) {
           );
       }
     }
+    lines.push(...kernelTable(kernelsInState));
   }
   if (big.length > 0) {
     lines.push(
@@ -706,6 +710,7 @@ function report(rows, big, many) {
     "- DCP on the JavaScript path (the rows' 2.0–2.2× `cp` against the 1.5× target; by hand on 2026-12-07, warm cache, 5–7 interleaved runs): rows took 0.53–0.72 s with 0.37–0.54 s of user and 0.43–0.55 s of system time, against `cp`'s 0.27–0.34 s. zlib's CRC-32 in Node 20 folds 4.6 GB/s (55 ms per 256 MiB), 0.22 s of the user time on the CRC thread; a test build that skipped the check still took 0.50–0.61 s, as did a plain safetensors → safetensors copy on the same path (0.48–0.56 s): without `copy_file_range`, every byte is copied twice (page cache to buffer, buffer to page cache) through Node's thread pool. Together about 0.85 s of CPU per GiB, so on 2 cores the floor is near 1.5× `cp` before any wait. What plain Node reaches here, with nothing of st-convert's (a script: one worker thread reading with `readSync` and folding zlib's CRC-32, another writing with `writeSync`, a shared ring of four 2 MiB buffers, the same four files): 0.44–0.59 s with the CRC (median 0.48) and 0.32–0.45 s without, against `cp`'s 0.25–0.28 s. So the rows' JavaScript path is within about 15 % of what JavaScript can do on this machine, and the GGUF F16 JavaScript path (0.35–0.36 s in the same runs) is at it; 1.5× `cp` with the check is out of reach without `copy_file_range` or a CRC faster than zlib's. Split by columns, the JavaScript path also places every share's rows into the output block on the main thread (1 GiB copied in 4 KiB runs): timed inside the run, 0.21–0.28 s of its 0.98–1.17 s; a test build that skipped the placing (so wrong bytes) took 0.71–0.85 s, still 2.7–3.2× `cp`, so reading each share straight into place (as the native module's `readRuns` does) would not reach 2.5× either. Tried and dropped: reads two chunks ahead (rings of 4–8 buffers, the CRC allowed to lag 2–3 chunks) 0.58–0.77 s; 8 MiB chunks 1.1–1.6 s (three times the system time); 0.5–1 MiB chunks 0.62–0.93 s (more user time).",
     "- The Fortran repack reads one short run per column; from a file it reads synchronously (`readIntoSync`) into 16 MiB slabs. A deflated Fortran-order member is inflated once into a scratch file and repacked from there. Its Python baseline needs `np.ascontiguousarray`: `safetensors.numpy.save_file` writes an array's memory as it lies, so a Fortran-order array would come out transposed under its C-order shape.",
   );
+  if (kernels.length > 0) lines.push(KERNEL_NOTE(kernels));
   lines.push("", "Raw times (seconds, in run order):", "");
   for (const { c, summary, date, runs, state, memory, machine } of rows)
     lines.push(
@@ -713,6 +718,15 @@ function report(rows, big, many) {
         .map(([v, s]) => `${v === "ours" ? "st-convert" : v === "start" ? "node -e 0" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`)
         .join("; ")}`,
     );
+  for (const { name, state, date, reps, machine, memory, ours, ggml, values: count } of kernels) {
+    const all = (xs) => `[${xs.map((x) => x.toFixed(1)).join(", ")}]`;
+    const parts = ["quantize", "dequantize"]
+      .filter((op) => ours[op] !== undefined)
+      .map((op) => `${op}: ours ${all(ours[op].all)}, ggml's C ${all(ggml[op].all)}`);
+    lines.push(
+      `- ${KERNEL_GROUP}, ${name}, ${state} (${date}, ${reps} runs${machine ? `, ${machine}` : ""}${memory ? `; ${memory}` : ""}), CPU ms for ${fmtCount(count)} values: ${parts.join("; ")}`,
+    );
+  }
   return `${lines.join("\n")}\n`;
 }
 
@@ -927,6 +941,94 @@ function manyReport(results) {
   return lines;
 }
 
+// ---- block-type kernels against ggml's C ----------------------------------------------------
+
+/** The group's name: `--only` picks it by any part of it ("kernels"). Its rows are `${KERNEL_GROUP}: TYPE`. */
+const KERNEL_GROUP = "block-type kernels against ggml's C";
+/**
+ * The types we quantize that ggml's C quantizes without an importance matrix (`canQuantize`, less
+ * none: ggml requires one only for IQ2_XXS, IQ2_XS and IQ1_S, which we do not make). Issue 40's
+ * seven first.
+ */
+const KERNEL_TYPES = ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4"];
+/** Goals as largest ratios ours / ggml's C, by "TYPE operation" (issue 40: Q4_K within 2× of ggml's C on one thread). */
+const KERNEL_TARGETS = { "Q4_K quantize": 2 };
+/** MiB of F32 values each type is given (bench/gguf-quants.mjs `testValues`), and the timed runs of each kernel. */
+const KERNEL_MIB = 16;
+const KERNEL_REPS = 9;
+
+const kernelRow = (type) => `${KERNEL_GROUP}: ${type}`;
+const fmtCount = (n) => n.toLocaleString("en");
+
+/**
+ * The group's rows, one a type: bench/gguf-quants.mjs's (`quants`) `compareKernels` on the same
+ * values for ours and ggml's C, medians of KERNEL_REPS runs.
+ */
+function runKernels(quants, types) {
+  const { compareKernels, ggmlVersion, testValues } = quants;
+  const version = ggmlVersion();
+  const values = testValues(KERNEL_MIB);
+  const summary = (xs) => (xs === undefined ? undefined : { ms: median(xs), all: xs });
+  const rows = [];
+  for (const type of types) {
+    console.log(`bench: ${kernelRow(type)} …`);
+    const r = compareKernels(type, values, KERNEL_REPS);
+    const row = {
+      name: type,
+      values: r.values,
+      reps: r.reps,
+      ours: { quantize: summary(r.ours.quantize), dequantize: summary(r.ours.dequantize) },
+      ggml: { quantize: summary(r.ggml.quantize), dequantize: summary(r.ggml.dequantize) },
+      sameBlocks: r.sameBlocks,
+      sameValues: r.sameValues,
+      ggmlVersion: version,
+      date: today(),
+    };
+    const perM = (x) => fmt((x * 1e6) / r.values);
+    console.log(
+      `  quantize ${perM(row.ours.quantize.ms)} against ${perM(row.ggml.quantize.ms)} ms per million values (${fmt(row.ours.quantize.ms / row.ggml.quantize.ms)}×), dequantize ${perM(row.ours.dequantize.ms)} against ${perM(row.ggml.dequantize.ms)} (${fmt(row.ours.dequantize.ms / row.ggml.dequantize.ms)}×); same blocks: ${row.sameBlocks}, same F32: ${row.sameValues}`,
+    );
+    rows.push(row);
+  }
+  return rows;
+}
+
+/** A state's table of the group (empty without rows). */
+function kernelTable(rows) {
+  if (rows.length === 0) return [];
+  const counts = [...new Set(rows.map((r) => r.values))];
+  const lines = [
+    "",
+    `### Block-type kernels against ggml's C, one thread (\`--only kernels\`)`,
+    "",
+    `CPU time (user + system) per million values, ours against ggml's C on the same ${counts.map(fmtCount).join(" or ")} F32 values (${KERNEL_MIB} MiB, weight-like: uniform with a scale varying every 256), medians of ${[...new Set(rows.map((r) => r.reps))].join(" or ")} runs (ours after two untimed ones); ratio = ours / ggml's C. Same bytes: ggml's blocks are ours byte for byte (quantize), and ours and ggml's C dequantize ggml's blocks to the same F32 bits (dequantize). What ran: see "Reading these figures".`,
+    "",
+    "| type | operation | ours, ms per million values | ggml's C | ratio | target | met | same bytes as ggml's C |",
+    "|---|---|---|---|---|---|---|---|",
+  ];
+  for (const r of rows) {
+    for (const op of ["quantize", "dequantize"]) {
+      const ours = r.ours[op];
+      const theirs = r.ggml[op];
+      if (ours === undefined || theirs === undefined) continue;
+      const perM = (x) => fmt((x * 1e6) / r.values);
+      const ratio = ours.ms / theirs.ms;
+      const goal = KERNEL_TARGETS[`${r.name} ${op}`];
+      const same = op === "quantize" ? r.sameBlocks : r.sameValues;
+      lines.push(
+        `| ${op === "quantize" ? r.name : ""} | ${op} | ${perM(ours.ms)} | ${perM(theirs.ms)} | ${fmt(ratio)} | ${goal === undefined ? "—" : `≤ ${goal}× ggml's C (one thread)`} | ${goal === undefined ? "—" : ratio <= goal ? "yes" : "**no**"} | ${same === undefined ? "n/a" : same ? (op === "quantize" ? "yes" : "yes (F32 bits)") : "**no**"} |`,
+      );
+    }
+  }
+  return lines;
+}
+
+/** The line of "Reading these figures" on what the group ran. */
+function KERNEL_NOTE(rows) {
+  const versions = [...new Set(rows.map((r) => r.ggmlVersion).filter(Boolean))];
+  return `- Block-type kernels against ggml's C (a table in each state): ours are @st-convert/gguf's \`quantizeRows\` and \`dequantizeRows\` as the CLI runs them (WebAssembly where the package has a kernel for it, JavaScript elsewhere), called on the bench's main thread (bench/gguf-quants.mjs); ggml's C is libggml-base${versions.length > 0 ? ` ${versions.join(", ")}` : ""} built by scripts/ggml-oracle.sh from ../shared/oracles with its default flags: CMake's Release \`-O3 -DNDEBUG\` (GCC 12.2 here) and \`GGML_NATIVE=OFF\`, so no \`-march=native\`, the x86-64 baseline (SSE2, whatever the compiler vectorizes) and no AVX, FMA or F16C (ggml's \`GGML_AVX2\` and the like pick ggml-cpu's kernels, not libggml-base's). Its \`ggml_quantize_chunk\` without an importance matrix and the type's \`to_float\` are ggml-quants.c's reference C, called through ctypes from python3 (fixtures/reference_ggml.py), on this machine, one thread each; the two sides run one after the other, not interleaved.`;
+}
+
 // ---- machine states ------------------------------------------------------------------------
 
 /**
@@ -1034,7 +1136,10 @@ function renderStored(results) {
     .filter((key) => order(key)[1] >= 0)
     .sort((a, b) => order(a)[0] - order(b)[0] || order(a)[1] - order(b)[1])
     .map((key) => results.many[key]);
-  return report(rows, big, many);
+  const kernels = STATES.flatMap((state) =>
+    KERNEL_TYPES.map((type) => results.cases[state]?.[kernelRow(type)]).filter((row) => row !== undefined && row.state === state),
+  );
+  return report(rows, big, many, kernels);
 }
 
 // ---- the run ------------------------------------------------------------------------------
@@ -1068,6 +1173,29 @@ for (const state of states) {
       `  st-convert ${fmt(row.summary.ours.seconds)} s, ${fmt(row.summary.ours.rssMiB, 0)} MiB; ${c.baselines.map((b) => `${LABELS[b]} ${fmt(row.summary[b]?.seconds)} s`).join("; ")}; identical: ${row.identical}; ${memory}`,
     );
   }
+}
+// The block-type kernels against ggml's C: the group once in each state (made once for the group),
+// skipped without ggml's library.
+let kernelTypes = values["big-only"] ? [] : KERNEL_TYPES.filter((type) => chosen(kernelRow(type)));
+const quants = kernelTypes.length > 0 ? await import("./gguf-quants.mjs") : undefined;
+if (quants !== undefined && !quants.hasGgml()) {
+  console.warn(`bench: skipping the ${KERNEL_GROUP}: no ggml library at ${quants.ggmlLibrary} (scripts/ggml-oracle.sh builds it, or set ST_CONVERT_GGML_LIB)`);
+  kernelTypes = [];
+}
+for (const state of kernelTypes.length > 0 ? states : []) {
+  console.log(`bench: ${KERNEL_GROUP}, ${state} state …`);
+  const memory = enterState(state);
+  let rows;
+  try {
+    rows = runKernels(quants, kernelTypes);
+  } catch (error) {
+    console.warn(`bench: ${KERNEL_GROUP}, ${state} state, failed: ${error.message.split("\n").slice(0, 3).join(" ")}`);
+  } finally {
+    leaveState();
+  }
+  if (rows === undefined) continue;
+  for (const row of rows) stored.cases[state] = { ...stored.cases[state], [kernelRow(row.name)]: { ...row, state, memory, machine } };
+  saveResults(stored);
 }
 const wantsMany = !values["big-only"] && (values.only === undefined || values.only.split("|").some((part) => "many small tensors".includes(part)));
 const manyCounts = values.many.split(",").map(Number);
