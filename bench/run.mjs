@@ -20,7 +20,8 @@
 // removed at the end. Each contestant runs once untimed before the timed, interleaved runs.
 // Figures are medians; peak RSS comes from /usr/bin/time. The page cache is warm (inputs were
 // just written); `sync` runs before every timed run, and nothing is fsynced inside one, for every
-// contestant alike.
+// contestant alike. Before every run in the fresh state the bench writes and deletes a scratch file
+// (`prime`), so that every contestant writes into memory the VM's host backs; `--no-prime` leaves that out.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
@@ -60,6 +61,7 @@ const { values } = parseArgs({
     "many-folders": { type: "string" },
     "many-rows": { type: "string" },
     "big-only": { type: "boolean", default: false },
+    "no-prime": { type: "boolean", default: false },
   },
 });
 
@@ -510,7 +512,33 @@ function gen(c, bytes, dir) {
   return input;
 }
 
-function runCase(c) {
+/** Largest scratch file `prime` writes. */
+const PRIME_MAX = 8 * 1024 ** 3;
+const PRIME_PIECE = Buffer.alloc(8 * 1024 * 1024);
+
+/**
+ * Writes `bytes` to a scratch file in page cache and deletes it. On this VM, memory that stays free
+ * for about two seconds is handed back to the host (virtio-balloon free page reporting), and the
+ * first write into it pays the host's page faults: 1 GiB written after three idle seconds took
+ * 1.4–2.2 s, for `cp` and st-convert alike, and 0.26–0.44 s right after another write of 1 GiB
+ * (5 pairs each, 2026-12-07). Without it a run in the fresh state was fast or slow by when the host
+ * took back the memory the run before it freed (the Python reference's most of all), so a contestant
+ * paid for another's leftovers; primed, each run writes into memory freed a moment before. Only in the
+ * fresh state: the host takes back free blocks of 2 MiB or more, and the aged state's free memory lies
+ * mostly in smaller pieces (its runs were steady unprimed, and primed they were not).
+ */
+function prime(bytes) {
+  const scratch = join(work, "prime.scratch");
+  const fd = openSync(scratch, "w");
+  try {
+    for (let at = 0; at < bytes; at += PRIME_PIECE.length) writeSync(fd, PRIME_PIECE, 0, Math.min(PRIME_PIECE.length, bytes - at));
+  } finally {
+    closeSync(fd);
+    rmSync(scratch, { force: true });
+  }
+}
+
+function runCase(c, state) {
   const dir = join(work, c.kind + (c.tag ?? ""));
   mkdirSync(dir, { recursive: true });
   const input = gen(c, typeof c.bytes === "function" ? c.bytes(size) : (c.bytes ?? size), dir);
@@ -521,15 +549,22 @@ function runCase(c) {
   // Beside cp: the share of st-convert's time that is Node's start-up, measured in the same runs.
   if (c.baselines.includes("cp")) variants.push("start");
   const results = Object.fromEntries(variants.map((v) => [v, []]));
-  /** One run of `variant`, its output removed afterwards. */
+  // In the fresh state, twice the larger of the input and the largest output (a Python contestant
+  // holds the tensors in memory as well as writing them), known once each contestant has run.
+  let primeBytes = 0;
+  let largestOutput = 0;
+  /** One run of `variant`, primed, its output removed afterwards. */
   const runVariant = (variant) => {
+    if (primeBytes > 0) prime(primeBytes);
     const run = measureAfterSync(...variantCommand(variant, c, input, output));
+    if (existsSync(output)) largestOutput = Math.max(largestOutput, bytesOf(output));
     rmSync(output, { recursive: true, force: true });
     return run;
   };
   // One untimed run of each first: the machine settles after making the input (page cache,
   // memory the generator freed), so the first timed runs measure the conversion, not the aftermath.
   for (const variant of variants) runVariant(variant);
+  if (!values["no-prime"] && state === "fresh") primeBytes = Math.min(PRIME_MAX, 2 * Math.max(inputBytes, largestOutput));
   const rowRuns = Math.min(runs, c.runs ?? runs);
   for (let r = 0; r < rowRuns; r++) {
     for (let k = 0; k < variants.length; k++) {
@@ -556,7 +591,7 @@ function runCase(c) {
       { seconds: median(xs.map((x) => x.seconds)), rssMiB: median(xs.map((x) => x.rssMiB)), all: xs.map((x) => x.seconds) },
     ]),
   );
-  return { c, inputBytes, summary, identical, date: today(), runs: rowRuns };
+  return { c, inputBytes, summary, identical, date: today(), runs: rowRuns, ...(primeBytes > 0 ? { primeBytes } : {}) };
 }
 
 /** Bytes of a file, or of a folder's files. */
@@ -628,6 +663,7 @@ function report(rows, big, many, kernels) {
     `- Input size ${fmt(mib(size), 0)} MiB unless the path says otherwise; page cache warm, \`sync\` before every run, no fsync inside it, for every contestant.`,
     "- Ratio = st-convert's median time / the baseline's median time (below 1: st-convert is faster). Peak RSS is the median of `/usr/bin/time` maximum resident set sizes.",
     '- States (`--state`): **fresh** is the machine just after `sync`, dropping the page cache and compacting memory; **aged** is fresh, then 60 % of memory (at most 16 GiB) written as 16 files in round-robin 64 KiB pieces and 15 of them deleted, which leaves a sixteenth of it in page cache, one 64 KiB piece in every 1 MiB of the memory it went through: free memory plentiful but in pieces under 1 MiB, as hours of ordinary work leave it (see "Reading these figures" below). Both are made before each row, so a row does not depend on what ran before it.',
+    "- Primed runs (fresh-state rows whose raw times below say so, from 2026-12-07 on): before every run in the fresh state, the bench writes a scratch file twice the size of the larger of the row's input and output into page cache and deletes it. On this VM, free memory in blocks of 2 MiB or more that stays free for about two seconds is handed back to the host (virtio-balloon free page reporting, `page_reporting_order` 9), and the first write into it pays the host's page faults: 1 GiB written after three idle seconds took 1.4–2.2 s, for `cp` and st-convert alike, against 0.26–0.44 s right after another write of 1 GiB (5 pairs each). Unprimed, a fresh-state run was fast or slow by when the host took back what the run before it had freed, the Python reference's memory most of all (`cp` started 0–15 s after gguf-py's GGUF → safetensors took 0.31–2.99 s, the fast ones started at once), so contestants paid for each other's leftovers and a row's median was a draw (the GGUF F16 row's st-convert [2.18, 0.33, 2.42, 0.30, 1.48, 0.39, 2.36, 0.31, 1.56] beside `cp` [0.25, 2.31, 0.26, 0.25, 0.31, 2.09, 0.26, 0.25, 0.31]). Primed, every contestant writes into memory freed a moment before. Not in the aged state, whose free memory lies mostly in pieces the VM does not hand back: there its rows ran steadily unprimed (that row: st-convert 0.31–0.38 s, `cp` 0.26–0.30), and primed they did not (`cp` 0.28–0.82 s). A Python contestant that holds gigabytes gains the most from it, so the ratios against the references are the stricter for it. `--no-prime` leaves it out.",
   ];
   for (const state of STATES) {
     const inState = rows.filter((r) => r.state === state);
@@ -705,16 +741,19 @@ function report(rows, big, many, kernels) {
     "- A stored `.npz` adds the CRC-32 check of every member (zlib's crc32, about 0.15 s of CPU per GiB). It is folded in while the chunk before is being written, but on 2 cores it still competes with the read and the write for CPU time (stored npz: 1.3–1.4× `cp` in separate A/B runs, safetensors and npy 1.0–1.25×). The check stays: an archive whose bytes do not match their CRC is refused, as numpy's zipfile refuses it.",
     "- Outputs of several GiB: on this VM, write calls of 1 MiB or more into fresh page cache often cost 2–10× the system time, more so as the page cache fills memory (ext4 on Linux 6.18 apparently allocates page-cache folios as large as the write, which fragmented memory makes expensive). 4 GiB safetensors → safetensors took 3.2–4.3 s against `cp`'s 1.2–1.3 s; the 8 GiB rows above show it too. Writes of 512 KiB avoid it (1.3–1.4 s at 4 GiB), but cost 20–40 % more at 1 GiB when issued through Node's thread pool, and made synchronous they serialize the npz CRC with the write (1.87× `cp` at 1 GiB); picking the write size by output size is the open follow-up. The stored npz path, paced by its CRC, does not show it (8 GiB: 4.2 s, `cp` 3.7 s).",
     "- JSON, one 256 MiB F32 tensor (about 800 MB of text): the reader scans the text twice (its structure, then its values), the writer formats every element; both move the text through the page cache. The reader's C loops take plain numbers 64 bytes at a time (7.6 ns a number storing, 7.7 counting, in the loops alone, against 20 and 17 for the line-for-line loops, 2026-12-03; native README); the writer's search and digits take about 23 ns an element (in a C harness over 16 M normally distributed F32 values: 9 ns deciding the digits, 14 ns writing them, the same whether or not values below 1 and above it come mixed, so not a matter of branch prediction). A CPU profile of the 256 MiB writer row (2026-12-04, 2.65 s of samples): the kernel 1.72 s, the lossless pre-pass (a NaN other than the canonical one sends a tensor to base64) 0.18 s, and 0.56 s idle, of which 0.22 s waiting for a write to finish before a buffer is refilled and about 0.2 s waiting for the pre-pass's reads; the writes themselves take 0.6–0.9 s of system time on the other core. Two cores' worth of that work is 2.7 s or more, so 200 MiB/s (1.28 s for 256 MiB) needs a kernel about twice as fast and split across both cores, not the I/O strategy. The rest is the text's reads and writes, whose system time on this VM swings with the state of its memory: `dd` writing 762 MiB in 1 MiB blocks took 0.09 s of system time, and 1.6 s a few minutes later with some GiB more in page cache (2026-12-03). Tried for the reader and dropped, in alternating runs: each window read ahead on the thread pool while the one before is parsed (no faster: both cores were busy already, one parsing, one writing), and the value blocks reused three in turn (no faster). That kernel came on 2026-12-06 (the native README has the details):\n  - The writer decides four elements at a time (AVX2) and makes eight elements' digits at once,\n    with one shuffle per element for its text. Its loop went from 33 to 9.2 ns an element, equal\n    to the scalar one on all 2^32 bit patterns.\n  - The reader's scan judges and counts a 64-byte window of plain numbers at once (12.8 to 4.9 ns\n    a number). Its store parses a window's numbers four at a time, one per 128-bit lane (about 13\n    to 7–9 ns).\n  - Windows of 256 KiB or more are read ahead while the one before is parsed (about 3 % in\n    alternating runs).\n\n  The rows above went from 2.2 s (writer) and 1.7–1.9 s (reader) that morning to 0.92–1.03 s and\n  0.79–0.84 s, fresh and aged: 248–324 MiB/s.",
-    "- GGUF F16 → safetensors is a copy of each tensor's bytes. Since 2026-12-07 the safetensors header of a conversion from GGUF (which no reference writes byte for byte, since it holds the GGUF's keys) is padded so that the tensors lie at their GGUF offsets modulo 64 KiB (core's `matchSourcePages`), and the native module copies them with `copy_file_range` at `cp`'s speed: 1 GiB from offset 320 to an offset equal modulo 64 KiB took a median 0.285 s against `cp`'s 0.286 s, and 0.412 s modulo a 4 KiB page only, the case before (7 interleaved runs after dropping the page cache and compacting memory). Traced in a conversion (`strace --seccomp-bpf`, 4 runs): 38–49 ms from `exec` to opening the input, 9–13 ms more to the first copy, the copy 0.27–0.32 s, then 8–10 ms to the shell; what is left above `cp` is Node's start-up (`node -e 0` 25–34 ms) and st-convert's own. Start-up fell the same day: the executable keeps V8's code cache of its chunks in a private folder (a small GGUF's conversion 53 ms against 69, medians of 10 runs; these figures are with the cache written, as from a user's second run), loads `node:crypto` only for `--digest`/`--verify` and makes `process.stderr` only where it may be a terminal (about 3 ms each); a GGUF read no longer compiles the K-quant modules (about 3 ms), and `process.stdout` is made only for a listing (1–2 ms). The runs of a row in the fresh state, right after dropping the page cache and compacting memory, hold slow draws for every contestant (st-convert 1.37 s and `cp` 0.65 s among runs of 0.31–0.36 and 0.25–0.29 s): the medians move with them. By hand the same day, 9 interleaved runs after the same preparation: st-convert 0.33–0.42 s (median 0.37), the JavaScript path 0.40–0.50 s (median 0.43), `cp` 0.27–0.34 s (median 0.29). The JavaScript path copies every byte twice (page cache to buffer, buffer to page cache, 2 MiB at a time through Node's thread pool): a plain Node script doing only that (reads 2 MiB ahead, one write at a time, Node's start-up included, no st-convert code) took 0.34–0.56 s (median 0.40) against `cp`'s 0.26–0.35 s (median 0.31), and 0.33–0.54 s (median 0.42) against 0.26–0.39 s (median 0.28) in another series, so 1.3× `cp` is at or below what JavaScript reaches here; with two or three writes in flight it was no faster (medians 0.41 and 0.43 s), with 512 KiB or 1 MiB pieces slower (0.57 and 0.43 s), with 4 MiB pieces 1.3–1.7 s (large page-cache folios).",
+    "- GGUF F16 → safetensors is a copy of each tensor's bytes. Since 2026-12-07 the safetensors header of a conversion from GGUF (which no reference writes byte for byte, since it holds the GGUF's keys) is padded so that the tensors lie at their GGUF offsets modulo 64 KiB (core's `matchSourcePages`), and the native module copies them with `copy_file_range` at `cp`'s speed: 1 GiB from offset 320 to an offset equal modulo 64 KiB took a median 0.285 s against `cp`'s 0.286 s, and 0.412 s modulo a 4 KiB page only, the case before (7 interleaved runs after dropping the page cache and compacting memory). Traced in a conversion (`strace --seccomp-bpf`, 4 runs): 38–49 ms from `exec` to opening the input, 9–13 ms more to the first copy, the copy 0.27–0.32 s, then 8–10 ms to the shell; what is left above `cp` is Node's start-up (`node -e 0` 25–34 ms) and st-convert's own. Start-up fell the same day: the executable keeps V8's code cache of its chunks in a private folder (a small GGUF's conversion 53 ms against 69, medians of 10 runs; these figures are with the cache written, as from a user's second run), loads `node:crypto` only for `--digest`/`--verify` and makes `process.stderr` only where it may be a terminal (about 3 ms each); a GGUF read no longer compiles the K-quant modules (about 3 ms), and `process.stdout` is made only for a listing (1–2 ms). The runs of a row in the fresh state, right after dropping the page cache and compacting memory, held slow draws for every contestant (st-convert 1.37 s and `cp` 0.65 s among runs of 0.31–0.36 and 0.25–0.29 s), and the medians moved with them: the VM handing free memory back to its host (see Primed runs above), which the fresh-state rows have been primed against since the afternoon of 2026-12-07. By hand the same day, 9 interleaved runs after the same preparation: st-convert 0.33–0.42 s (median 0.37), the JavaScript path 0.40–0.50 s (median 0.43), `cp` 0.27–0.34 s (median 0.29). The JavaScript path copies every byte twice (page cache to buffer, buffer to page cache, 2 MiB at a time through Node's thread pool): a plain Node script doing only that (reads 2 MiB ahead, one write at a time, Node's start-up included, no st-convert code) took 0.34–0.56 s (median 0.40) against `cp`'s 0.26–0.35 s (median 0.31), and 0.33–0.54 s (median 0.42) against 0.26–0.39 s (median 0.28) in another series, so 1.3× `cp` is at or below what JavaScript reaches here; with two or three writes in flight it was no faster (medians 0.41 and 0.43 s), with 512 KiB or 1 MiB pieces slower (0.57 and 0.43 s), with 4 MiB pieces 1.3–1.7 s (large page-cache folios).",
+    "- GGUF Q4_K → F32: since 2026-12-07 Q8_0, Q4_K and Q6_K blocks are dequantized in WebAssembly SIMD (`src/quants/simdDequant.ts` of @st-convert/gguf; four float32 lanes round each product and difference as numpy's float32 does, so the bits are gguf-py's), on either path: per value 0.31, 0.45 and 0.50 ns against the JavaScript loops' 1.6, 1.3 and 3.2 ns (65,536 blocks at a time, copied into and out of the module's memory included; best of 5 on a quiet machine). The row, 256 MiB of blocks to 1.8 GiB of F32, went from medians of 0.84–1.02 s (the loops on the main thread while the writes ran on the thread pool; either path, either state) to 0.70 s (native) and 0.76 s (JavaScript path) in the aged state, now paced by writing 1.8 GiB; in the same interleaved runs by hand under load, its user time went from 0.85–1.29 s to 0.35–0.43 s. Writing the values straight into slots of the module's memory, which a writer then wrote out, saved no wall time (0.73–1.41 s against 0.77–1.21 s, 4 alternating runs) and would tie the slots' reuse to the writer's pace, so the values are copied out.",
     "- `--quantize Q8_0` (F32): the values are read into the WebAssembly kernel's own memory and its blocks written there, the next batch read while one is quantized; on one thread, as the kernel keeps up with the reads (two worker threads took 0.88 s against 0.6 s). The floor here is reading 1 GiB (about 0.2 s of system time) beside about 0.25 s of kernel time. Single runs on either path sometimes take 0.41–0.55 s where the others take 0.31–0.33 s (the aged native row of 2026-12-07: 0.31, 0.41, 0.52, 0.47, 0.46, 0.31, 0.32); made by hand in the same aged state, 8 interleaved runs each gave 0.32–0.40 s with the native module and 0.31–0.38 s without (medians 0.33 and 0.325 s), so the slow draws are the machine's, not the path's.",
     "- DCP on the JavaScript path (the rows' 2.0–2.2× `cp` against the 1.5× target; by hand on 2026-12-07, warm cache, 5–7 interleaved runs): rows took 0.53–0.72 s with 0.37–0.54 s of user and 0.43–0.55 s of system time, against `cp`'s 0.27–0.34 s. zlib's CRC-32 in Node 20 folds 4.6 GB/s (55 ms per 256 MiB), 0.22 s of the user time on the CRC thread; a test build that skipped the check still took 0.50–0.61 s, as did a plain safetensors → safetensors copy on the same path (0.48–0.56 s): without `copy_file_range`, every byte is copied twice (page cache to buffer, buffer to page cache) through Node's thread pool. Together about 0.85 s of CPU per GiB, so on 2 cores the floor is near 1.5× `cp` before any wait. What plain Node reaches here, with nothing of st-convert's (a script: one worker thread reading with `readSync` and folding zlib's CRC-32, another writing with `writeSync`, a shared ring of four 2 MiB buffers, the same four files): 0.44–0.59 s with the CRC (median 0.48) and 0.32–0.45 s without, against `cp`'s 0.25–0.28 s. So the rows' JavaScript path is within about 15 % of what JavaScript can do on this machine, and the GGUF F16 JavaScript path (0.35–0.36 s in the same runs) is at it; 1.5× `cp` with the check is out of reach without `copy_file_range` or a CRC faster than zlib's. Split by columns, the JavaScript path also places every share's rows into the output block on the main thread (1 GiB copied in 4 KiB runs): timed inside the run, 0.21–0.28 s of its 0.98–1.17 s; a test build that skipped the placing (so wrong bytes) took 0.71–0.85 s, still 2.7–3.2× `cp`, so reading each share straight into place (as the native module's `readRuns` does) would not reach 2.5× either. Tried and dropped: reads two chunks ahead (rings of 4–8 buffers, the CRC allowed to lag 2–3 chunks) 0.58–0.77 s; 8 MiB chunks 1.1–1.6 s (three times the system time); 0.5–1 MiB chunks 0.62–0.93 s (more user time).",
     "- The Fortran repack reads one short run per column; from a file it reads synchronously (`readIntoSync`) into 16 MiB slabs. A deflated Fortran-order member is inflated once into a scratch file and repacked from there. Its Python baseline needs `np.ascontiguousarray`: `safetensors.numpy.save_file` writes an array's memory as it lies, so a Fortran-order array would come out transposed under its C-order shape.",
   );
   if (kernels.length > 0) lines.push(KERNEL_NOTE(kernels));
   lines.push("", "Raw times (seconds, in run order):", "");
-  for (const { c, summary, date, runs, state, memory, machine } of rows)
+  for (const { c, summary, date, runs, state, memory, machine, primeBytes } of rows)
     lines.push(
-      `- ${c.name}, ${state} (${date}, ${runs} runs${machine ? `, ${machine}` : ""}${memory ? `; ${memory}` : ""}): ${Object.entries(summary)
+      `- ${c.name}, ${state} (${date}, ${runs} runs${machine ? `, ${machine}` : ""}${memory ? `; ${memory}` : ""}${primeBytes ? `; each run primed with ${fmt(mib(primeBytes), 0)} MiB` : ""}): ${Object.entries(
+        summary,
+      )
         .map(([v, s]) => `${v === "ours" ? "st-convert" : v === "start" ? "node -e 0" : LABELS[v]} [${s.all.map((x) => x.toFixed(2)).join(", ")}]`)
         .join("; ")}`,
     );
@@ -1158,7 +1197,7 @@ for (const state of states) {
     const memory = enterState(state);
     let row;
     try {
-      row = runCase(c);
+      row = runCase(c, state);
     } catch (error) {
       // One failing row leaves the others' figures (and says why it has none).
       console.warn(`bench: ${c.name}, ${state} state, failed: ${error.message.split("\n").slice(0, 3).join(" ")}`);
