@@ -41,18 +41,12 @@ export function testValues(mib) {
   return values;
 }
 
-/** CPU ms (user + system) of each of `reps` runs of `run`, after two untimed ones (the JIT's). */
-function cpuMs(run, reps) {
+/** CPU ms (user + system) of one run of `run`. */
+function cpuMs(run) {
+  const start = process.cpuUsage();
   run();
-  run();
-  const times = [];
-  for (let r = 0; r < reps; r++) {
-    const start = process.cpuUsage();
-    run();
-    const used = process.cpuUsage(start);
-    times.push((used.user + used.system) / 1000);
-  }
-  return times;
+  const used = process.cpuUsage(start);
+  return (used.user + used.system) / 1000;
 }
 
 /** Runs fixtures/reference_ggml.py `command` on `input`; its stdout, or an Error. */
@@ -78,14 +72,33 @@ export function compareKernels(name, values, reps) {
   const blocks = new Uint8Array((values.length / info.blockSize) * info.typeSize);
   const out = new Float32Array(values.length);
   const result = { name, values: values.length, reps };
-  result.ours = {
-    quantize: canQuantize(type) ? cpuMs(() => quantizeRows(type, values, blocks), reps) : undefined,
-    dequantize: cpuMs(() => dequantizeRows(type, blocks, out), reps),
-  };
-  if (!hasGgml()) return result;
+  const quantize = canQuantize(type) ? () => quantizeRows(type, values, blocks) : undefined;
+  const dequantize = () => dequantizeRows(type, blocks, out);
+  // Two untimed runs each first: the JIT's.
+  for (let r = 0; r < 2; r++) {
+    quantize?.();
+    dequantize();
+  }
+  result.ours = { quantize: quantize && [], dequantize: [] };
   const input = new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
-  const t = JSON.parse(ggml(["time", String(type), String(ROW), String(reps)], input).toString());
-  result.ggml = { quantize: t.quantizeRuns.map((s) => s * 1000), dequantize: t.dequantizeRuns.map((s) => s * 1000) };
+  const withC = hasGgml();
+  if (withC) result.ggml = { quantize: [], dequantize: [] };
+  // Interleaved, one run of each side at a time, so that the machine's drift (this one's speed
+  // moves by a fifth within minutes) falls on both alike; ggml's run in a process of its own, its
+  // CPU time taken inside it, after an untimed first run.
+  if (withC) ggml(["time", String(type), String(ROW), "1"], input);
+  for (let r = 0; r < reps; r++) {
+    if (quantize) result.ours.quantize.push(cpuMs(quantize));
+    // A dequantization takes a few ms: timed right after an untimed one, as ggml's runs right
+    // after its quantization, not on a processor just woken from waiting for ggml's process.
+    dequantize();
+    result.ours.dequantize.push(cpuMs(dequantize));
+    if (!withC) continue;
+    const t = JSON.parse(ggml(["time", String(type), String(ROW), "1"], input).toString());
+    result.ggml.quantize.push(t.quantizeRuns[0] * 1000);
+    result.ggml.dequantize.push(t.dequantizeRuns[0] * 1000);
+  }
+  if (!withC) return result;
   const theirs = new Uint8Array(ggml(["quantize", String(type), String(ROW)], input));
   if (canQuantize(type)) result.sameBlocks = sameBytes(blocks, theirs);
   // Both dequantize ggml's blocks.
