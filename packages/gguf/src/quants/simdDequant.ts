@@ -11,9 +11,10 @@
  * An f16 scale becomes float32 through a 65,536-entry table in the module's memory (gguf-py's widening,
  * subnormals and NaNs included), filled once from the JavaScript loops' own table.
  */
-import { WASM_HEADER, hostWebAssembly, sleb, uleb, wasmName, wasmSection } from "@st-convert/core";
+import { WASM_HEADER, sleb, uleb, wasmName, wasmSection } from "@st-convert/core";
 import { halfToFloatTable } from "./floatBits.js";
 import { GgmlType } from "./ggmlTypes.js";
+import { instantiateKernel } from "./wasmKernel.js";
 
 /** Blocks per call into the module: 2,048 (2 MiB of values out) keep its memory small and in cache. */
 const CHUNK_BLOCKS = 2048;
@@ -189,25 +190,19 @@ let kernel: Kernel | null | undefined;
 
 function instantiate(): Kernel | null {
   if (kernel !== undefined) return kernel;
+  const module = instantiateKernel(dequantModule, MEMORY_PAGES);
   kernel = null;
-  // wasm loads are little-endian, the values written are read in the host's order
-  const wasm = hostWebAssembly();
-  if (wasm === undefined) return null;
-  try {
-    // Never grown: the views of it are never detached. Compiling throws where SIMD is missing.
-    const memory = new wasm.Memory({ initial: MEMORY_PAGES, maximum: MEMORY_PAGES });
-    const instance = new wasm.Instance(new wasm.Module(dequantModule()), { env: { mem: memory } });
-    new Float32Array(memory.buffer, TABLE, 65536).set(halfToFloatTable());
-    const exports = instance.exports as Record<string, (src: number, dst: number, blocks: number) => void>;
-    kernel = {
-      run: new Map([...KERNELS].map(([type, k]) => [type, exports[k.name]!])),
-      memory: memory.buffer,
-      blocks: new Uint8Array(memory.buffer, IN, CHUNK_BLOCKS * 210),
-      values: new Float32Array(memory.buffer, OUT, CHUNK_BLOCKS * 256),
-    };
-  } catch {
-    kernel = null;
-  }
+  if (module === undefined) return null;
+  // wasm loads are little-endian, the values written are read in the host's order (instantiateKernel
+  // gives nothing on a big-endian host)
+  const { exports, memory } = module;
+  new Float32Array(memory, TABLE, 65536).set(halfToFloatTable());
+  kernel = {
+    run: new Map([...KERNELS].map(([type, k]) => [type, exports[k.name] as (src: number, dst: number, blocks: number) => void])),
+    memory,
+    blocks: new Uint8Array(memory, IN, CHUNK_BLOCKS * 210),
+    values: new Float32Array(memory, OUT, CHUNK_BLOCKS * 256),
+  };
   return kernel;
 }
 

@@ -17,7 +17,8 @@
  * and stays below it otherwise (the gap is then at least an ulp of p); ½ itself would take 0.49999997
  * to 1.
  */
-import { WASM_HEADER, hostWebAssembly, sleb, uleb, wasmName, wasmSection } from "@st-convert/core";
+import { WASM_HEADER, sleb, uleb, wasmName, wasmSection } from "@st-convert/core";
+import { instantiateKernel } from "./wasmKernel.js";
 
 /** Blocks per call into the module: 8,192 (1 MiB of values) keep its memory small and in cache, whatever the batch. */
 const CHUNK_BLOCKS = 8192;
@@ -151,25 +152,20 @@ let kernel: Kernel | null | undefined;
 
 function instantiate(): Kernel | null {
   if (kernel !== undefined) return kernel;
+  const module = instantiateKernel(q8Module, MEMORY_PAGES);
   kernel = null;
-  // wasm loads are little-endian, the Float32Array copied in is the host's order
-  const wasm = hostWebAssembly();
-  if (wasm === undefined) return null;
-  try {
-    // Never grown: the views of it are never detached. Compiling throws where SIMD is missing.
-    const memory = new wasm.Memory({ initial: MEMORY_PAGES, maximum: MEMORY_PAGES });
-    const instance = new wasm.Instance(new wasm.Module(q8Module()), { env: { mem: memory } });
-    kernel = {
-      run: instance.exports.q as Kernel["run"],
-      memory: memory.buffer,
-      taken: new Array<boolean>(SLOT_COUNT).fill(false),
-      values: new Float32Array(memory.buffer, SRC, CHUNK_BLOCKS * 32),
-      blocks: new Uint8Array(memory.buffer, DST, CHUNK_BLOCKS * 34),
-      list: new Int32Array(memory.buffer, LIST, CHUNK_BLOCKS),
-    };
-  } catch {
-    kernel = null;
-  }
+  if (module === undefined) return null;
+  // wasm loads are little-endian, the Float32Array copied in is the host's order (instantiateKernel
+  // gives nothing on a big-endian host)
+  const { exports, memory } = module;
+  kernel = {
+    run: exports.q as Kernel["run"],
+    memory,
+    taken: new Array<boolean>(SLOT_COUNT).fill(false),
+    values: new Float32Array(memory, SRC, CHUNK_BLOCKS * 32),
+    blocks: new Uint8Array(memory, DST, CHUNK_BLOCKS * 34),
+    list: new Int32Array(memory, LIST, CHUNK_BLOCKS),
+  };
   return kernel;
 }
 
