@@ -3,10 +3,10 @@
  * GGUFs people convert (a Q4_K_M model is Q4_K and Q6_K), the bits of the JavaScript loops (and so of
  * gguf-py's `dequantize`). Each output is one float32 product, or a product then a difference, of the
  * operands gguf-py rounds to float32 first, and four lanes of IEEE float32 arithmetic round each
- * operation exactly as numpy's float32 does: no reordering, no fused multiply-add. About a fifth of the
- * JavaScript loops' time, so a GGUF's conversion to F32 is paced by writing the output. The module is a
- * few hundred bytes assembled here (no toolchain, nothing fetched); where WebAssembly or its SIMD is
- * missing (or a page's CSP refuses it), the JavaScript loops run.
+ * operation exactly as numpy's float32 does: no reordering, no fused multiply-add. A fifth to a third of
+ * the JavaScript loops' time, so a GGUF's conversion to F32 is paced by writing the output. The module,
+ * about 5 KB with its loops unrolled, is assembled here (no toolchain, nothing fetched); where
+ * WebAssembly or its SIMD is missing (or a page's CSP refuses it), the JavaScript loops run.
  *
  * An f16 scale becomes float32 through a 65,536-entry table in the module's memory (gguf-py's widening,
  * subnormals and NaNs included), filled once from the JavaScript loops' own table.
