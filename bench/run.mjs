@@ -554,17 +554,18 @@ function runCase(c, state) {
   // holds the tensors in memory as well as writing them), known once each contestant has run.
   let primeBytes = 0;
   let largestOutput = 0;
-  /** One run of `variant`, primed, its output removed afterwards. */
-  const runVariant = (variant) => {
+  /** One run of `variant`, primed, its output removed afterwards (and its size kept, when `sized`). */
+  const runVariant = (variant, sized = false) => {
     if (primeBytes > 0) prime(primeBytes);
     const run = measureAfterSync(...variantCommand(variant, c, input, output));
-    if (existsSync(output)) largestOutput = Math.max(largestOutput, bytesOf(output));
+    if (sized && existsSync(output)) largestOutput = Math.max(largestOutput, bytesOf(output));
     rmSync(output, { recursive: true, force: true });
     return run;
   };
   // One untimed run of each first: the machine settles after making the input (page cache,
   // memory the generator freed), so the first timed runs measure the conversion, not the aftermath.
-  for (const variant of variants) runVariant(variant);
+  // Their outputs size the primer.
+  for (const variant of variants) runVariant(variant, true);
   if (!values["no-prime"] && state === "fresh") primeBytes = Math.min(PRIME_MAX, 2 * Math.max(inputBytes, largestOutput));
   const rowRuns = Math.min(runs, c.runs ?? runs);
   for (let r = 0; r < rowRuns; r++) {
