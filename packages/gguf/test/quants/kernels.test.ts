@@ -8,8 +8,10 @@ import { describe, expect, it, vi } from "vitest";
 import { floatToHalf, halfToFloatTable } from "../../src/quants/floatBits.js";
 import { canDequantize, canQuantize, dequantizeRows, GgmlType, ggmlTypeInfo, quantizeRows } from "../../src/quants/index.js";
 import { dequantizeQ4_K, dequantizeQ6_K } from "../../src/quants/kQuants.js";
-import { dequantizeQ8_0 } from "../../src/quants/legacy.js";
+import { dequantizeQ8_0, quantizeQ8_0 } from "../../src/quants/legacy.js";
 import { dequantizeSimd } from "../../src/quants/simdDequant.js";
+import { quantizeQ8_0Simd } from "../../src/quants/simdQ8_0.js";
+import { q8EdgeBlocks } from "./q8EdgeBlocks.js";
 
 function casts(name: string): Buffer {
   return readFileSync(fixturePath("casts", name));
@@ -161,5 +163,22 @@ describe("start-up", () => {
       vi.unstubAllGlobals();
       vi.resetModules();
     }
+  });
+});
+
+describe("Q8_0 quantization in WebAssembly SIMD", () => {
+  // Four blocks at a time, one at a time where a group holds a NaN or an infinity or where fewer than
+  // four are left; the interop tests check both kernels against ggml's C.
+  it.each([4099, 4100, 8195])("gives the JavaScript kernel's bytes on %i edge blocks", (count) => {
+    const values = q8EdgeBlocks(new Random(0x9a8, count), count);
+    const simd = new Uint8Array(count * 34);
+    const loops = new Uint8Array(count * 34);
+    expect(quantizeQ8_0Simd(values, simd, count, quantizeQ8_0)).toBe(true);
+    quantizeQ8_0(values, loops, count);
+    const differing: number[] = [];
+    for (let b = 0; b < count && differing.length < 8; b++) {
+      if (!Buffer.from(simd.subarray(b * 34, b * 34 + 34)).equals(Buffer.from(loops.subarray(b * 34, b * 34 + 34)))) differing.push(b);
+    }
+    expect(differing).toEqual([]);
   });
 });
