@@ -60,6 +60,15 @@ export interface ByteSink {
    * @throws StConvertError as {@link copyFrom} does.
    */
   copyFromCrc32?(source: ByteSource, offset: number, length: number, previous: number): Promise<number> | undefined;
+  /**
+   * Where {@link copyFrom} cannot (no native module, another file system): appends `length` bytes
+   * of a local regular file from `offset` through memory, read ahead on the thread pool and written
+   * by synchronous writes (a file sink, under Node: fewer trips through the pool than reading the
+   * bytes as chunks and writing them); else undefined at once, having written nothing. For bytes
+   * that need no check of their own, which would read them a second time. Optional.
+   * @throws StConvertError as {@link copyFrom} does.
+   */
+  copyFromFile?(source: ByteSource, offset: number, length: number): Promise<void> | undefined;
   /** Everything was written: make it visible (a file sink renames its temporary file into place). */
   close(): Promise<void>;
   /** Something failed: leave nothing behind. Safe to call more than once, and after `close` failed. */
