@@ -1047,7 +1047,12 @@ async function copyFromFile(source: ByteSource, offset: number, length: number, 
         // Marked handled now: a failing read is reported when awaited.
         reading.catch(() => {});
       }
-      for (let done = 0; done < part.byteLength; ) done += writeSync(fd, part, done, part.byteLength - done);
+      for (let done = 0; done < part.byteLength; ) {
+        const written = writeSync(fd, part, done, part.byteLength - done);
+        // Never for a regular file that works; looping on it would never end.
+        if (written === 0) throw new StConvertError("Io", `the output took none of ${part.byteLength - done} bytes`);
+        done += written;
+      }
     }
   } finally {
     await reading?.catch(() => {});

@@ -225,6 +225,24 @@ withNative("crc32FileRange (the native CRC of a file range)", () => {
   });
 });
 
+/** A tensor whose bytes lie at offset 3 of a memory source, counting its chunk passes; `extent` shapes its extent. */
+function tensorWithExtent(bytes: Uint8Array, extent: (inner: TensorExtent) => TensorExtent): TensorEntry & { passes: number } {
+  const base = tensorFromBytes({ name: "w", dtype: "U8", shape: [bytes.byteLength] }, bytes);
+  const padded = new Uint8Array(3 + bytes.byteLength).fill(9);
+  padded.set(bytes, 3);
+  const source = bytesSource(padded);
+  const entry = {
+    ...base,
+    passes: 0,
+    chunks(options?: Parameters<TensorEntry["chunks"]>[0]) {
+      entry.passes++;
+      return base.chunks(options);
+    },
+    extent: () => extent({ source, offset: 3 }),
+  };
+  return entry;
+}
+
 describe("pipeTensor with an extent", () => {
   /** A sink whose copyFrom records each piece and appends the source's bytes (or declines). */
   class CopyingSink extends MemorySink implements ByteSink {
@@ -237,23 +255,6 @@ describe("pipeTensor with an extent", () => {
       this.pieces.push([offset, length]);
       return source.read(offset, length).then((bytes) => this.write(bytes));
     }
-  }
-
-  function tensorWithExtent(bytes: Uint8Array, extent: (inner: TensorExtent) => TensorExtent): TensorEntry & { passes: number } {
-    const base = tensorFromBytes({ name: "w", dtype: "U8", shape: [bytes.byteLength] }, bytes);
-    const padded = new Uint8Array(3 + bytes.byteLength).fill(9);
-    padded.set(bytes, 3);
-    const source = bytesSource(padded);
-    const entry = {
-      ...base,
-      passes: 0,
-      chunks(options?: Parameters<TensorEntry["chunks"]>[0]) {
-        entry.passes++;
-        return base.chunks(options);
-      },
-      extent: () => extent({ source, offset: 3 }),
-    };
-    return entry;
   }
 
   it("copies a large tensor by its extent, in pieces, telling each, with its check alongside", async () => {
@@ -363,21 +364,7 @@ describe("pipeTensor through a sink's copyFromFile (no kernel copy)", () => {
     }
   }
 
-  function tensorAt(bytes: Uint8Array, extra: Partial<TensorExtent> = {}): TensorEntry & { passes: number } {
-    const base = tensorFromBytes({ name: "w", dtype: "U8", shape: [bytes.byteLength] }, bytes);
-    const padded = new Uint8Array(5 + bytes.byteLength).fill(7);
-    padded.set(bytes, 5);
-    const entry = {
-      ...base,
-      passes: 0,
-      chunks(options?: Parameters<TensorEntry["chunks"]>[0]) {
-        entry.passes++;
-        return base.chunks(options);
-      },
-      extent: () => ({ source: bytesSource(padded), offset: 5, ...extra }),
-    };
-    return entry;
-  }
+  const tensorAt = (bytes: Uint8Array, extra: Partial<TensorExtent> = {}) => tensorWithExtent(bytes, (inner) => ({ ...inner, ...extra }));
 
   it("copies a large tensor with no check by it, in pieces of KERNEL_COPY_STEP, telling each", async () => {
     const length = KERNEL_COPY_STEP + KERNEL_COPY_FROM;
@@ -388,8 +375,8 @@ describe("pipeTensor through a sink's copyFromFile (no kernel copy)", () => {
     const sink = new MemoryCopyingSink();
     await pipeTensor(tensor, sink);
     expect(sink.pieces).toEqual([
-      [5, KERNEL_COPY_STEP],
-      [5 + KERNEL_COPY_STEP, KERNEL_COPY_FROM],
+      [3, KERNEL_COPY_STEP],
+      [3 + KERNEL_COPY_STEP, KERNEL_COPY_FROM],
     ]);
     expect(told).toEqual([KERNEL_COPY_STEP, length]);
     expect(tensor.passes).toBe(0);
