@@ -399,7 +399,7 @@ describe("pipeTensor through a sink's copyFromFile (no kernel copy)", () => {
 });
 
 describe("a file sink's copy through memory (copyFromFile)", () => {
-  it("without the native module: appends ranges of a file in order with the writes around it; declines other sources", () => {
+  it("without the native module: appends ranges of a file in order with the writes around it; declines other sources; names the input that shrank", () => {
     const data = pattern(5 * 1024 * 1024 + 17, 2);
     const input = join(dir, "in.bin");
     const output = join(dir, "out.bin");
@@ -420,12 +420,20 @@ describe("a file sink's copy through memory (copyFromFile)", () => {
       let refused;
       await sink.copyFromFile(source, ${data.byteLength - 3}, 4).catch((error) => (refused = error.code));
       await sink.close();
+      // The input shrinks under a copy: refused, naming the input, and nothing of the output left
+      const { truncateSync } = await import("node:fs");
+      const shrunk = await createFileSink(${JSON.stringify(output)} + ".shrunk");
+      truncateSync(${JSON.stringify(input)}, 1024 * 1024);
+      let ended;
+      await shrunk.copyFromFile(source, 0, 4 * 1024 * 1024 + 1).catch((error) => (ended = [error.code, error.file]));
+      await shrunk.abort();
       await source.close();
-      console.log(JSON.stringify({ kernel: kernel === undefined, declined: declined === undefined, refused, kernelCopied: sink.kernelCopied }));
+      console.log(JSON.stringify({ kernel: kernel === undefined, declined: declined === undefined, refused, ended, kernelCopied: sink.kernelCopied }));
     `;
     const run = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env: { ...process.env, ST_CONVERT_NATIVE: "0" } });
     expect(run.stderr).toBe("");
-    expect(JSON.parse(run.stdout)).toEqual({ kernel: true, declined: true, refused: "UnexpectedEof", kernelCopied: 0 });
+    expect(JSON.parse(run.stdout)).toEqual({ kernel: true, declined: true, refused: "UnexpectedEof", ended: ["UnexpectedEof", input], kernelCopied: 0 });
+    expect(readdirSync(dir).sort()).toEqual(["in.bin", "out.bin"]);
     const expected = Buffer.concat([
       Uint8Array.of(1, 0xee, 3),
       data.subarray(100, 100 + 4 * 1024 * 1024 + 1),
