@@ -15,16 +15,19 @@ import {
   type TensorFormat,
   type TensorSource,
   guardedExtent,
+  lazyModule,
   withContext,
 } from "@st-convert/core";
 import { createFileSink, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
 import { FORMATS, detectOutputFormat, formatByExtension, formatByName } from "./formats.js";
 import { type OpenedInput, type WarningListener, nameOf, openInput, resolveInput, withSource } from "./inspect.js";
-import { WorkerKernelPool } from "./kernelPool.js";
 import type { RemoteInputOptions } from "./remoteInput.js";
 import { DEFAULT_MAX_SHARD_SIZE, type ShardPlan, type ShardTarget, parseShardSize, shardTarget, shardable, writeShards } from "./shards.js";
 import { plural } from "./text.js";
 import type { TransformOptions } from "./transforms.js";
+
+/** The kernel threads, loaded for an output format that has kernels (GGUF): other conversions never start one. */
+const kernelPools = lazyModule(() => import("./kernelPool.js"));
 
 export { type FileReport, type InspectOptions, type InspectedFile, type WarningListener, inspect, inspectEntries } from "./inspect.js";
 
@@ -137,7 +140,7 @@ export async function convertInto(
     options.onWarning?.(message, file);
   };
   // No thread starts before the format first runs a kernel.
-  const pool = outputFormat.kernels === undefined ? undefined : new WorkerKernelPool(options.kernelThreads);
+  const pool = outputFormat.kernels === undefined ? undefined : new (await kernelPools()).WorkerKernelPool(options.kernelThreads);
   const kernelPool = pool !== undefined && pool.threads > 1 ? pool : undefined;
   const converting = withSource(
     await resolveInput(input, formats),

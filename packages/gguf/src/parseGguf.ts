@@ -19,7 +19,7 @@ import {
   VALUE_TYPE_SIZE,
   type ValueTypeName,
 } from "./ggufTypes.js";
-import { ggmlTypeInfo } from "./quants/index.js";
+import { ggmlTypeInfo } from "./quants/ggmlTypes.js";
 
 /**
  * A metadata value, in the JSON-ready form the package's metadata encoding uses (README): integers

@@ -20,6 +20,7 @@ import {
   type TensorEntry,
   type TensorExtent,
   type TensorSource,
+  lazyModule,
   readRange,
   swapBytesInPlace,
   toByteSource,
@@ -28,7 +29,10 @@ import {
 import { kvsToMetadata } from "./ggufMetadata.js";
 import { PLAIN_TYPES } from "./ggufTypes.js";
 import { type GgufHeader, type GgufKv, type GgufTensorInfo, parseGguf } from "./parseGguf.js";
-import { canDequantize, dequantizeRows, ggmlTypeInfo } from "./quants/index.js";
+import { canDequantize, ggmlTypeInfo } from "./quants/ggmlTypes.js";
+
+/** The block kernels, loaded for the first quantized tensor read (a GGUF of plain tensors needs none). */
+const quants = lazyModule(() => import("./quants/index.js"));
 
 export interface GgufReadOptions {
   /** Keep quantized tensors as their blocks: U8 `[...outer dims, bytes per row]`, as gguf-py's reader gives them. */
@@ -239,6 +243,7 @@ async function* swapped(source: ByteSource, offset: number, length: number, unit
 /** The F32 values of a quantized tensor, a piece of whole blocks at a time. */
 async function* dequantized(source: ByteSource, offset: number, info: GgufTensorInfo, options: ChunkOptions = {}, file?: string): AsyncGenerator<Uint8Array> {
   const type = ggmlTypeInfo(info.type)!;
+  const { dequantizeRows } = await quants();
   const outBlock = type.blockSize * 4;
   const blocks = Math.max(1, Math.floor((options.chunkSize ?? DEFAULT_CHUNK_SIZE) / outBlock));
   // With reuse, a ring of three output buffers, as readRange keeps for its reads.

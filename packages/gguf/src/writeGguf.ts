@@ -14,7 +14,7 @@ import { metadataToKvs, readRecord } from "./ggufMetadata.js";
 import { MAX_DIMS, MAX_NAME_BYTES, TYPE_OF_DTYPE, VALUE_TYPE_ID, VALUE_TYPE_SIZE, type ValueTypeName } from "./ggufTypes.js";
 import { type GgufKv, type GgufValue, pad } from "./parseGguf.js";
 import { type QuantizePlan, planQuantization, quantizedChunks } from "./quantize.js";
-import { ggmlTypeInfo } from "./quants/index.js";
+import { ggmlTypeInfo } from "./quants/ggmlTypes.js";
 import { keptBlockType } from "./readGguf.js";
 
 export interface GgufWriteOptions {

@@ -98,3 +98,42 @@ const BY_ID = new Map<number, GgmlTypeInfo>(TABLE.map(([id, name, blockSize, typ
 export function ggmlTypeInfo(type: number): GgmlTypeInfo | undefined {
   return BY_ID.get(type);
 }
+
+/**
+ * The types `dequantizeRows` (quants/index.ts) converts: every type gguf-py dequantizes, and F32,
+ * F16 and BF16. Here, not there, so that reading a GGUF whose tensors need none of the kernels
+ * loads none of them (about 4 ms of start-up).
+ */
+const DEQUANTIZABLE = new Set<number>([
+  GgmlType.F32,
+  GgmlType.F16,
+  GgmlType.BF16,
+  GgmlType.Q4_0,
+  GgmlType.Q4_1,
+  GgmlType.Q5_0,
+  GgmlType.Q5_1,
+  GgmlType.Q8_0,
+  GgmlType.Q2_K,
+  GgmlType.Q3_K,
+  GgmlType.Q4_K,
+  GgmlType.Q5_K,
+  GgmlType.Q6_K,
+  GgmlType.IQ2_XXS,
+  GgmlType.IQ2_XS,
+  GgmlType.IQ2_S,
+  GgmlType.IQ3_XXS,
+  GgmlType.IQ3_S,
+  GgmlType.IQ1_S,
+  GgmlType.IQ1_M,
+  GgmlType.IQ4_NL,
+  GgmlType.IQ4_XS,
+  GgmlType.TQ1_0,
+  GgmlType.TQ2_0,
+  GgmlType.MXFP4,
+  GgmlType.NVFP4,
+]);
+
+/** Whether `dequantizeRows` converts type `type` (every type gguf-py dequantizes, and F32/F16/BF16). */
+export function canDequantize(type: number): boolean {
+  return DEQUANTIZABLE.has(type);
+}

@@ -3,7 +3,7 @@
  * and quantization byte for byte as ggml's `ggml_quantize_chunk` without an importance matrix.
  * Plain JavaScript over typed arrays; nothing here allocates per block.
  */
-import { GgmlType, type GgmlTypeInfo, ggmlTypeInfo } from "./ggmlTypes.js";
+import { GgmlType, type GgmlTypeInfo, canDequantize, ggmlTypeInfo } from "./ggmlTypes.js";
 import { dequantizeQ2_K, dequantizeQ3_K, dequantizeQ4_K, dequantizeQ5_K, dequantizeQ6_K } from "./kQuants.js";
 import { quantizeQ2_K, quantizeQ3_K, quantizeQ4_K, quantizeQ5_K, quantizeQ6_K } from "./kQuantize.js";
 import {
@@ -34,7 +34,7 @@ import { dequantizeSimd } from "./simdDequant.js";
 import { hasQ8_0Simd, quantizeQ8_0Simd } from "./simdQ8_0.js";
 import { dequantizeMXFP4, dequantizeNVFP4, dequantizeTQ1_0, dequantizeTQ2_0, quantizeMXFP4, quantizeTQ1_0, quantizeTQ2_0 } from "./smallFloats.js";
 
-export { GgmlType, type GgmlTypeInfo, ggmlTypeInfo };
+export { GgmlType, type GgmlTypeInfo, canDequantize, ggmlTypeInfo };
 export { Q8_0_SLOT_BYTES, giveBackQ8_0Slot, takeQ8_0Slot } from "./simdQ8_0.js";
 
 type Dequantizer = (src: Uint8Array, dst: Float32Array, blocks: number) => void;
@@ -103,11 +103,6 @@ function geometry(type: number): GgmlTypeInfo {
   return info;
 }
 
-/** Whether `dequantizeRows` converts type `type` (every type gguf-py dequantizes, and F32/F16/BF16). */
-export function canDequantize(type: number): boolean {
-  return DEQUANTIZE.has(type);
-}
-
 /**
  * Dequantizes whole blocks of type `type` to F32: `dst` receives `src.length / typeSize · blockSize`
  * values, the bits gguf-py's `dequantize` gives (NaNs stay NaNs; their payloads are not promised).
@@ -115,7 +110,7 @@ export function canDequantize(type: number): boolean {
  */
 export function dequantizeRows(type: number, src: Uint8Array, dst: Float32Array): void {
   const info = geometry(type);
-  const kernel = DEQUANTIZE.get(type);
+  const kernel = canDequantize(type) ? DEQUANTIZE.get(type) : undefined;
   if (kernel === undefined) throw new RangeError(`cannot dequantize ggml type ${info.name}`);
   const blocks = src.length / info.typeSize;
   if (!Number.isInteger(blocks)) throw new RangeError(`${src.length} bytes are not whole ${info.name} blocks of ${info.typeSize} bytes`);

@@ -89,6 +89,20 @@ describe("the entry points", () => {
     expect(all.sort()).toEqual([...DEQUANTIZED].sort());
   });
 
+  it("have a kernel for every type canDequantize names (a list of its own, which a read loads no kernel to ask), and none other", () => {
+    const converting = Object.keys(GgmlType).filter((name) => {
+      const info = ggmlTypeInfo(ids[name]!)!;
+      try {
+        dequantizeRows(ids[name]!, new Uint8Array(info.typeSize), new Float32Array(info.blockSize));
+        return true;
+      } catch (error) {
+        if (!String(error).includes("cannot dequantize")) throw error;
+        return false;
+      }
+    });
+    expect(converting.sort()).toEqual([...DEQUANTIZED].sort());
+  });
+
   it("give ggml's block geometry for every type ggml knows (its table, recorded by fixtures/gen_quants.py), gguf-py's names", () => {
     const manifest = JSON.parse(readFileSync(new URL("./fixtures/manifest.json", import.meta.url), "utf8")) as {
       ggmlTypeTraits: Record<string, [string, number, number]>;
