@@ -30,12 +30,13 @@ let wasmTotals: Qkx2Functions["sumTotals"];
 let wasmSquares: Qkx2Functions["squares"];
 let wasmDue: Qkx2Functions["due"];
 let wasmRelevel: Qkx2Functions["relevel"];
+let wasmShift: Qkx2Functions["shift"];
 
 /** Makes the loops once; the quantizers that use them (Q2_K, Q4_K, Q5_K) call it first. */
 function prepareLoops(): void {
   if (loops !== undefined) return;
   loops = qkx2Functions(arrays);
-  ({ sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares, due: wasmDue, relevel: wasmRelevel } = loops);
+  ({ sums: wasmSums, error: wasmError, sumTotals: wasmTotals, squares: wasmSquares, due: wasmDue, relevel: wasmRelevel, shift: wasmShift } = loops);
 }
 
 const levels = new Uint8Array(256);
@@ -130,6 +131,12 @@ function level(t: number, nmax: number): number {
   return l < 0 ? 0 : l > nmax ? nmax : l;
 }
 
+/** x − min of the `n` values into shiftedF32 by SIMD (`simd`: 32 of them, in WebAssembly memory), else into both arrays. */
+function shiftBy(min: number, n: number, simd: boolean): void {
+  if (simd) wasmShift!(min);
+  else for (let i = 0; i < n; i++) shifted[i] = shiftedF32[i] = fr(xs[i]! - min);
+}
+
 /** make_qkx2's error of the levels in `laux` for scale `s` and min `m`: Σw·(s·l + m − x)², or Σw·|…|. */
 function errorOf(s: number, m: number, n: number, useMad: boolean, inWasm: boolean): number {
   if (inWasm) return wasmError!(s, m, n, useMad ? 1 : 0);
@@ -155,7 +162,8 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
   const inWasm = wasmSums !== undefined && !useMad;
   // due elements by SIMD (32 lanes at once) where it runs: exact, since a level can grow only once
   // float32(iscale·v) reaches l + ½; the ceilings' margin serves the double check of the other path
-  const simdDue = inWasm && n === 32 && wasmDue !== undefined;
+  const simdDue = inWasm && n === 32 && wasmDue !== undefined && wasmShift !== undefined;
+  // x − min: with SIMD only as float32s (shiftedF32, which it reads), else as doubles too (shifted)
   // the values and weights as doubles (exact copies of the float32s): the loops below then convert nothing
   for (let i = 0; i < n; i++) {
     const v = x[xo + i]!;
@@ -195,7 +203,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
     qkx2Out[0] = -min;
     return 0;
   }
-  for (let i = 0; i < n; i++) shifted[i] = shiftedF32[i] = fr(xs[i]! - min);
+  shiftBy(min, n, simdDue);
   let momentW = 0;
   let momentX = 0;
   let momentAX = 0;
@@ -214,7 +222,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
   moments[3] = momentXX;
   let iscale = fr(nmax / fr(max - min));
   let scale = fr(1 / iscale);
-  for (let i = 0; i < n; i++) L[lo + i] = laux[i] = level(fr(iscale * shifted[i]!), nmax);
+  for (let i = 0; i < n; i++) L[lo + i] = laux[i] = level(fr(iscale * (simdDue ? shiftedF32[i]! : shifted[i]!)), nmax);
   let bestError = errorOf(scale, min, n, useMad, inWasm);
   if (nstep < 1) {
     qkx2Out[0] = -min;
@@ -243,7 +251,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
       } else {
         changed = 0;
         for (let i = 0; i < n; i++) {
-          const l = level(fr(iscale * shifted[i]!), nmax);
+          const l = level(fr(iscale * (simdDue ? shiftedF32[i]! : shifted[i]!)), nmax);
           // which levels changed, as bits: no branch on a change, which is a coin toss here
           const diff = l ^ laux[i]!;
           changed |= ((diff | -diff) >>> 31) << i;
@@ -274,7 +282,7 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
       while (due !== 0) {
         const i = 31 - Math.clz32(due & -due);
         due &= due - 1;
-        const v = shifted[i]!;
+        const v = simdDue ? shiftedF32[i]! : shifted[i]!;
         const l = level(fr(iscale * v), nmax);
         const old = laux[i]!;
         // unconditional: an unchanged level adds exact zeros
@@ -328,12 +336,13 @@ function makeQkx2(x: Float32Array, xo: number, n: number, nmax: number, L: Uint8
       if (useMad ? surelyWorse(n, thisScale, thisMin, true, bestError) : surelyWorseSquared(thisScale, thisMin, mL, mLL, mXL, mAXL, bestError)) continue;
       const curError = errorOf(thisScale, thisMin, n, useMad, inWasm);
       if (curError < bestError) {
-        for (let i = 0; i < n; i++) L[lo + i] = laux[i]!;
+        if (n === 32) L.set(laux, lo);
+        else for (let i = 0; i < n; i++) L[lo + i] = laux[i]!;
         bestError = curError;
         scale = thisScale;
         if (thisMin !== min) {
           min = thisMin;
-          for (let i = 0; i < n; i++) shifted[i] = shiftedF32[i] = fr(xs[i]! - min);
+          shiftBy(min, n, simdDue);
           fresh = true;
         }
       }

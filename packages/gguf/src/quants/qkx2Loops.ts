@@ -4,8 +4,9 @@
  * candidate), Σw and Σw·x, Q4_K's Σx², and the error Σw·(s·l + m − x)² (or |…|). Each step of those
  * sums depends on the one before, and in JavaScript a float32 addition is an addition and two
  * conversions (`Math.fround`), three times the latency of wasm's `f32.add`; the operations and their
- * order are C's, so the bits are too. SIMD (where the engine has it): a candidate's levels anew, and
- * which elements' levels can have grown since the last candidate, 32 lanes at once.
+ * order are C's, so the bits are too. SIMD (where the engine has it): a candidate's levels anew,
+ * which elements' levels can have grown since the last candidate, and x − min for a new min, 32
+ * lanes at once (the last one, and L copied by `set`, took Q4_K from 425 to 390 ms per 4 Mi values).
  *
  * The loops work on arrays in the modules' memory, which kQuantize.ts fills through the views
  * {@link Qkx2Loops} gives. Where WebAssembly is missing or refused (a page's CSP), `qkx2Loops()`
@@ -47,6 +48,8 @@ export interface Qkx2Loops {
    * In WebAssembly SIMD, where it runs.
    */
   readonly relevel?: (iscale: number, nmax: number) => number;
+  /** x − min of the 32 values into {@link shifted}, as float32 subtractions. In WebAssembly SIMD, where it runs. */
+  readonly shift?: (min: number) => void;
   /** Continues the prefixes from `first` to `n` (the sums of all n at [n]). */
   readonly sums?: (first: number, n: number) => void;
   /** The error of scale `s` and min `m` over the first `n` levels: squared, or absolute when `mad` is 1. */
@@ -161,7 +164,8 @@ function loopsModule(): Uint8Array {
  *
  *     i32x4.bitmask(f32x4.ge(f32x4.mul(splat iscale, v128.load SHIFTED+16k), v128.load HALF_UP+16k)) << 4k
  *
- * or-ed together; and `relevel(iscale, nmax)`, per four lanes l = clamp(trunc_sat(f32x4.nearest(
+ * or-ed together; `shift(min)`, per four lanes v128.store SHIFTED+16k (f32x4.sub(v128.load X+16k,
+ * splat min)); and `relevel(iscale, nmax)`, per four lanes l = clamp(trunc_sat(f32x4.nearest(
  * iscale · shifted)), 0, nmax) (nearest is round half to even, as nearest_int for the products
  * here, between 0 and nmax + 1), HALF_UP = l = nmax ? ∞ : l + ½, and per sixteen the levels
  * narrowed to bytes, compared with the old ones (i8x16.ne, bitmask) and stored.
@@ -185,11 +189,12 @@ function simdModule(): Uint8Array {
     simd(0x6a),
     simd(0x86),
   ];
-  const [I32X4_BITMASK, I32X4_MIN_S, I32X4_MAX_S, F32X4_ADD, F32X4_MUL, I32X4_TRUNC_SAT_F32X4_S, F32X4_CONVERT_I32X4_S] = [
+  const [I32X4_BITMASK, I32X4_MIN_S, I32X4_MAX_S, F32X4_ADD, F32X4_SUB, F32X4_MUL, I32X4_TRUNC_SAT_F32X4_S, F32X4_CONVERT_I32X4_S] = [
     simd(0xa4),
     simd(0xb6),
     simd(0xb8),
     simd(0xe4),
+    simd(0xe5),
     simd(0xe6),
     simd(0xf8),
     simd(0xfa),
@@ -225,21 +230,26 @@ function simdModule(): Uint8Array {
     }
   }
   relevel.push(LOCAL_GET, 9, END);
+  // shift: param min (0, f32); local m (1, v128)
+  const shift = [1, 1, 0x7b, LOCAL_GET, 0, ...F32X4_SPLAT, LOCAL_SET, 1];
+  for (let k = 0; k < 8; k++) shift.push(I32_CONST, 0, ...at(X + 16 * k), LOCAL_GET, 1, ...F32X4_SUB, ...V128_STORE, 4, ...uleb(SHIFTED + 16 * k));
+  shift.push(END);
   return new Uint8Array([
     ...WASM_HEADER,
-    ...wasmSection(1, [2, 0x60, 1, 0x7d, 1, 0x7f, 0x60, 2, 0x7d, 0x7f, 1, 0x7f]), // type 0: (f32) -> i32; type 1: (f32, i32) -> i32
+    // type 0: (f32) -> i32; type 1: (f32, i32) -> i32; type 2: (f32) -> ()
+    ...wasmSection(1, [3, 0x60, 1, 0x7d, 1, 0x7f, 0x60, 2, 0x7d, 0x7f, 1, 0x7f, 0x60, 1, 0x7d, 0]),
     ...wasmSection(2, [1, ...wasmName("env"), ...wasmName("mem"), 0x02, 0x01, 1, 1]),
-    ...wasmSection(3, [2, 0, 1]),
-    ...wasmSection(7, [2, ...wasmName("due"), 0x00, 0, ...wasmName("relevel"), 0x00, 1]),
-    ...wasmSection(10, [2, ...uleb(due.length), ...due, ...uleb(relevel.length), ...relevel]),
+    ...wasmSection(3, [3, 0, 1, 2]),
+    ...wasmSection(7, [3, ...wasmName("due"), 0x00, 0, ...wasmName("relevel"), 0x00, 1, ...wasmName("shift"), 0x00, 2]),
+    ...wasmSection(10, [3, ...uleb(due.length), ...due, ...uleb(relevel.length), ...relevel, ...uleb(shift.length), ...shift]),
   ]);
 }
 
 /** The SIMD module's functions, or none where SIMD is missing. */
-function simdLoops(wasm: WebAssemblyApi, memory: object): Pick<Qkx2Loops, "due" | "relevel"> {
+function simdLoops(wasm: WebAssemblyApi, memory: object): Pick<Qkx2Loops, "due" | "relevel" | "shift"> {
   try {
     const { exports } = new wasm.Instance(new wasm.Module(simdModule()), { env: { mem: memory } });
-    return { due: exports.due as Qkx2Loops["due"], relevel: exports.relevel as Qkx2Loops["relevel"] };
+    return { due: exports.due as Qkx2Loops["due"], relevel: exports.relevel as Qkx2Loops["relevel"], shift: exports.shift as Qkx2Loops["shift"] };
   } catch {
     return {};
   }
@@ -247,7 +257,7 @@ function simdLoops(wasm: WebAssemblyApi, memory: object): Pick<Qkx2Loops, "due" 
 
 /** The loops' arrays, without their functions. */
 export type Qkx2Arrays = Omit<Qkx2Loops, Qkx2FunctionName>;
-type Qkx2FunctionName = "sumTotals" | "squares" | "due" | "relevel" | "sums" | "error";
+type Qkx2FunctionName = "sumTotals" | "squares" | "due" | "relevel" | "shift" | "sums" | "error";
 /** The loops' functions: none where WebAssembly cannot run. */
 export type Qkx2Functions = Pick<Qkx2Loops, Qkx2FunctionName>;
 
