@@ -48,7 +48,11 @@ import { nativeAbsence, nativeIo } from "../packages/native/dist/index.js";
 import { measure as measureCommand } from "../scripts/measure.mjs";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
-const { values } = parseArgs({
+const USAGE = `usage: pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--many 50000,500000]
+                  [--many-folders N,…] [--many-rows SUBSTRING] [--big-only] [--state fresh,aged] [--no-prime]
+                  [--out docs/benchmarks.md] [--results bench/results.json] [--dir bench-out]
+(what each option does: the comment at the top of bench/run.mjs)`;
+const { values } = parseBenchArgs({
   options: {
     size: { type: "string", default: "1GiB" },
     runs: { type: "string", default: "5" },
@@ -63,8 +67,23 @@ const { values } = parseArgs({
     "many-rows": { type: "string" },
     "big-only": { type: "boolean", default: false },
     "no-prime": { type: "boolean", default: false },
+    help: { type: "boolean", short: "h", default: false },
   },
 });
+if (values.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+
+/** `parseArgs`, with a usage error (exit 2, one line and the usage) instead of a stack trace. */
+function parseBenchArgs(config) {
+  try {
+    return parseArgs(config);
+  } catch (error) {
+    console.error(`bench: ${error.message}\n${USAGE}`);
+    process.exit(2);
+  }
+}
 
 const size = parseSize(values.size);
 /** Whether the CLI runs with the native module here (it loads the same build). */
