@@ -16,6 +16,7 @@ import {
   type TensorSource,
   guardedExtent,
   lazyModule,
+  storedBytes,
   withContext,
 } from "@st-convert/core";
 import { createFileSink, openFileSource, removeStaleTempFiles } from "@st-convert/core/node";
@@ -92,7 +93,7 @@ export interface ConvertResult {
   inputFormat: string;
   outputFormat: string;
   tensors: number;
-  /** Tensor bytes written (the header and container bytes not counted). */
+  /** Tensor bytes written (the header and container bytes not counted): a quantized tensor's blocks, not the values read. */
   bytes: number;
   /** The notices given on the way, each with its file (also passed to `onWarning` as they came). */
   warnings: { file: string; message: string }[];
@@ -167,6 +168,9 @@ export async function convertInto(
       const verifying = options.verify === true || options.digest === true ? await import("./verifyOutput.js") : undefined;
       const digesting = verifying?.digestingSource(tensors.selected);
       const observed = observe(digesting?.source ?? tensors.selected, options.signal, options.onProgress);
+      // Tensors the writer stores in other bytes than it reads (GGUF's --quantize): the report gives what was written.
+      const { onStored, written: storedWritten } = storedBytes(observed.source.tensors);
+      const bytesWritten = () => storedWritten(observed.done());
       /** The digest of what was written, after the output was read back and compared when asked. */
       const checked = async (files: readonly string[], written: string, format: TensorFormat | undefined): Promise<string | undefined> => {
         if (digesting === undefined || verifying === undefined) return undefined;
@@ -205,6 +209,7 @@ export async function convertInto(
                       onWarning: warnFor(join(sharding.target.dir, weightsName)),
                       fileName: join(sharding.target.dir, weightsName),
                       kernelPool,
+                      onStored,
                     }),
             write: async (part, sink, fileName) => {
               const onWarning = (message: string) => {
@@ -218,6 +223,7 @@ export async function convertInto(
                 fileName,
                 kernelPool,
                 freeLayout,
+                onStored,
               });
               options.signal?.throwIfAborted();
             },
@@ -232,7 +238,7 @@ export async function convertInto(
           });
           for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
           const digest = await checked(written.files, written.output, undefined);
-          return { ...result, output: written.output, files: written.files, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
+          return { ...result, output: written.output, files: written.files, bytes: bytesWritten(), ...(digest === undefined ? {} : { digest }) };
         } catch (error) {
           throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
         }
@@ -249,7 +255,7 @@ export async function convertInto(
             });
             options.signal?.throwIfAborted();
           });
-          return { ...result, files, bytes: observed.done() };
+          return { ...result, files, bytes: bytesWritten() };
         } catch (error) {
           throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
         }
@@ -268,6 +274,7 @@ export async function convertInto(
           fileName: outputName,
           kernelPool,
           freeLayout,
+          onStored,
         });
         options.signal?.throwIfAborted();
         await sink.close();
@@ -281,7 +288,7 @@ export async function convertInto(
           : digesting === undefined
             ? undefined
             : verifying?.checkpointDigest(digesting.digests());
-      return { ...result, bytes: observed.done(), ...(digest === undefined ? {} : { digest }) };
+      return { ...result, bytes: bytesWritten(), ...(digest === undefined ? {} : { digest }) };
     },
     { ...options.remote, signal: options.signal },
   );

@@ -4,7 +4,7 @@
  * --metadata pass blocks through; info shows each tensor's ggml type and stored bytes and summarises
  * long arrays; split sets both ways; --quantize; refusals as exit 1 with one coded line.
  */
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemorySink, readTensorBytes, tensorFromBytes } from "@st-convert/core";
@@ -146,6 +146,18 @@ describe("st-convert with GGUF files", () => {
       ["q4_k", "Q4_K"],
       ["q6_k_3d", "Q8_0"],
     ]);
+    // The report gives the bytes written (the blocks), not the F32 values read.
+    const stored = (report.tensors as { stored: { bytes: number } }[]).reduce((sum, t) => sum + t.stored.bytes, 0);
+    const converted = JSON.parse(
+      ok([join(dir, "f32.safetensors"), join(dir, "q8.gguf"), "--quantize", "Q8_0", "--quantize", "q4_k:Q4_K", "--force", "--json"]).stdout,
+    ) as {
+      bytes: number;
+    };
+    expect(converted.bytes).toBe(stored);
+    expect(converted.bytes).toBeLessThan(statSync(join(dir, "f32.safetensors")).size / 3);
+    // A rule that names no tensor is said (a mistyped name would otherwise leave its tensors as they are).
+    const typo = ok([join(dir, "f32.safetensors"), join(dir, "typo.gguf"), "--quantize", "q4_kk:Q4_K"]);
+    expect(typo.stderr).toMatch(/warning: .*typo\.gguf: --quantize q4_kk:Q4_K: no tensor's name matches q4_kk/);
     expect(runCli([join(dir, "plain.safetensors"), join(dir, "q.gguf"), "--quantize", "Q9_K", "--force"]).status).toBe(2);
     // GGUF → GGUF: quantized tensors stay their blocks, and --quantize is not "ignored" (the same format reads and writes).
     const again = ok([gguf("quant.gguf"), join(dir, "re.gguf"), "--quantize", "Q4_K"]);

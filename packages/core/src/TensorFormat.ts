@@ -70,6 +70,13 @@ export interface FormatContext {
    * kernels itself, on the thread it was called on.
    */
   readonly kernelPool?: KernelPool;
+  /**
+   * Told by a writer that stores a tensor in other bytes than it reads of it (GGUF's `--quantize`):
+   * the tensor's name as the writer received it and the bytes it stores, so that the caller's report
+   * gives what was written. Told once per tensor, before its bytes are read; writers that store what
+   * they read need not call it.
+   */
+  readonly onStored?: (tensor: string, bytes: number) => void;
 }
 
 /** A format's pure functions that a {@link KernelPool} runs on other threads, by name (GGUF's quantization). */
@@ -186,6 +193,29 @@ export interface TensorFormat {
   open(source: ByteSource, context: FormatContext): Promise<TensorSource>;
   /** Writes tensors to the sink. The caller closes or aborts the sink. */
   write(tensors: TensorSource, sink: ByteSink, context: FormatContext): Promise<void>;
+}
+
+/**
+ * What a writer said it stores ({@link FormatContext.onStored}) for the tensors of `tensors` (as
+ * the writer receives them): `onStored` to pass on, and `written(read)`, the tensor bytes written
+ * when `read` bytes of them were read (each stored tensor's bytes in place of its own).
+ */
+export function storedBytes(tensors: readonly TensorEntry[]): { onStored: (tensor: string, bytes: number) => void; written: (read: number) => number } {
+  const stored = new Map<string, number>();
+  return {
+    onStored: (tensor, bytes) => {
+      stored.set(tensor, bytes);
+    },
+    written: (read) => {
+      let bytes = read;
+      if (stored.size === 0) return bytes;
+      for (const entry of tensors) {
+        const kept = stored.get(entry.name);
+        if (kept !== undefined) bytes += kept - entry.byteLength;
+      }
+      return bytes;
+    },
+  };
 }
 
 /**

@@ -107,6 +107,7 @@ export {
   type TensorFormat,
   fileStem,
   lazyModule,
+  storedBytes,
   stringListOption,
   stringOption,
 } from "./TensorFormat.js";

@@ -101,11 +101,17 @@ export const ggufFormat: TensorFormat = {
         quantize: stringListOption(context.options, "quantize"),
         onWarning: context.onWarning,
         kernelPool: context.kernelPool,
+        onStored: context.onStored,
       });
     },
   },
   async write(tensors, sink, context) {
     const { writeGguf } = await writerModule();
-    await writeGguf(tensors, sink, { quantize: stringListOption(context.options, "quantize"), onWarning: context.onWarning, kernelPool: context.kernelPool });
+    await writeGguf(tensors, sink, {
+      quantize: stringListOption(context.options, "quantize"),
+      onWarning: context.onWarning,
+      kernelPool: context.kernelPool,
+      onStored: context.onStored,
+    });
   },
 };

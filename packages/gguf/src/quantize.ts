@@ -69,7 +69,8 @@ function ineligible(entry: TensorEntry, type: number, blocks: string | undefined
 }
 
 /**
- * Each tensor the rules quantize, with its plan; the last rule that applies decides.
+ * Each tensor the rules quantize, with its plan; the last rule that applies decides. Warns of the
+ * tensors a bare `TYPE` leaves as they are, and of a `NAME_REGEX:TYPE` rule that matches no name.
  * @throws StConvertError `InvalidOption` for a malformed rule, `InvalidArgument` for a tensor a
  *   `NAME_REGEX:TYPE` rule names that cannot be quantized.
  */
@@ -84,10 +85,14 @@ export function planQuantization(
   if (values.length === 0) return plans;
   const rules = parseQuantizeRules(values);
   const kept: string[] = [];
+  const matched = new Set<Rule>();
   for (const entry of tensors) {
     let rule: Rule | undefined;
     for (const r of rules) {
-      if (r.pattern === undefined || r.pattern.test(entry.name)) rule = r;
+      if (r.pattern === undefined || r.pattern.test(entry.name)) {
+        rule = r;
+        matched.add(r);
+      }
     }
     if (rule === undefined) continue;
     const why = ineligible(entry, rule.type, blocksOf(entry));
@@ -103,6 +108,10 @@ export function planQuantization(
     plans.set(entry.name, { type: rule.type, typeName: rule.typeName, byteLength: (elements / info.blockSize) * info.typeSize });
   }
   if (kept.length > 0) onWarning?.(`kept as they are, not quantized: ${kept.join(", ")}`);
+  // A rule that names nothing is most likely a mistyped name: said, not silently ignored.
+  for (const rule of rules) {
+    if (rule.pattern !== undefined && !matched.has(rule)) onWarning?.(`--quantize ${rule.text}: no tensor's name matches ${rule.pattern.source}`);
+  }
   return plans;
 }
 

@@ -23,6 +23,8 @@ export interface GgufWriteOptions {
   readonly onWarning?: (message: string) => void;
   /** Threads to quantize large tensors on (the CLI's); without it, everything runs on the calling thread. */
   readonly kernelPool?: KernelPool;
+  /** Told each quantized tensor's name and the bytes of its blocks, once the file is planned (`FormatContext.onStored`). */
+  readonly onStored?: (tensor: string, bytes: number) => void;
 }
 
 /** `general.architecture` when neither the metadata nor `--metadata` gives one, and the input was no GGUF. */
@@ -81,6 +83,7 @@ export function planGguf(source: TensorSource, options: GgufWriteOptions = {}): 
     return id === undefined ? recorded.get(entry.name) : ggmlTypeInfo(id)?.name;
   };
   const quantize = planQuantization(source.tensors, options.quantize ?? [], options.onWarning, blocksOf);
+  for (const [name, plan] of quantize) options.onStored?.(name, plan.byteLength);
   const tensors = inRecordedOrder(source.tensors, record?.tensors ?? []).map((entry) => planTensor(entry, recorded, quantize.get(entry.name)));
   return { kvs, tensors, alignment };
 }

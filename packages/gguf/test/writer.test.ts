@@ -194,6 +194,25 @@ describe("--quantize", () => {
     ]);
   });
 
+  it("says which NAME_REGEX:TYPE rule matches no tensor, and tells each quantized tensor's stored bytes", async () => {
+    const warnings: string[] = [];
+    const stored: [string, number][] = [];
+    const sink = new MemorySink();
+    await writeGguf(model(), sink, {
+      quantize: ["blk\\.0\\.w:Q8_0", "blk\\.9\\..*:Q4_K", "blk\\.0\\.w:Q4_0"],
+      onWarning: (m) => warnings.push(m),
+      onStored: (name, bytes) => stored.push([name, bytes]),
+    });
+    // The first rule matched (then the last overrode it): only the second is said.
+    expect(warnings).toEqual(["--quantize blk\\.9\\..*:Q4_K: no tensor's name matches blk\\.9\\..*"]);
+    const file = await readGguf(sink.bytes(), { keepQuantized: true });
+    const w = file.tensors.find((t) => t.name === "blk.0.w")!;
+    expect(w.ggmlType).toBe("Q4_0");
+    // Q4_0: 18 bytes per block of 32 values; blk.0.w is [4, 64], 8 blocks, which the file holds.
+    expect(stored).toEqual([["blk.0.w", 8 * 18]]);
+    expect(w.byteLength).toBe(8 * 18);
+  });
+
   it("NAME_REGEX:TYPE rules, the last that applies deciding; a tensor a rule names that cannot be quantized is an error", async () => {
     const file = await readGguf(await write(model(), ["Q8_0", "blk\\.0\\.w:Q4_0"]), { keepQuantized: true });
     expect(file.tensors[0]!.ggmlType).toBe("Q4_0");

@@ -30,6 +30,7 @@ import {
   formatCastRules,
   parseCastRule,
   readAheadSource,
+  storedBytes,
   tensorByteLength,
   withContext,
 } from "@st-convert/core";
@@ -272,12 +273,15 @@ export async function convertFiles(
       const casts = cast.filter((entry, i) => entry !== kept[i]).length;
       const selected: TensorSource = { metadata: metadataOf(opened.tensors.metadata, compiled, casts), tensors: cast };
       const observed = observe(selected, listeners.signal, listeners.onProgress);
+      // A quantized GGUF tensor is reported as the bytes of its blocks, as the command does.
+      const stored = storedBytes(observed.source.tensors);
       try {
         await outputFormat.write(observed.source, sink, {
           options: compiled.formatOptions,
           onWarning: warn(outputName),
           fileName: outputName,
           freeLayout: opened.format.freeLayout === true,
+          onStored: stored.onStored,
         });
         listeners.signal?.throwIfAborted();
         await sink.close();
@@ -291,7 +295,7 @@ export async function convertFiles(
         inputFormat: opened.format.name,
         outputFormat: outputFormat.name,
         tensors: selected.tensors.length,
-        bytes: observed.done(),
+        bytes: stored.written(observed.done()),
       };
     },
     () => sink.abort(),

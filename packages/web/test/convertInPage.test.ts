@@ -147,6 +147,19 @@ describe("inspectFiles and convertFiles", () => {
     expect(new Uint8Array(await sink.blob().arrayBuffer())).toEqual(new Uint8Array(readFileSync(fixturePath("gguf/quant.gguf"))));
   });
 
+  it("report a quantized GGUF's bytes as its blocks, as the command does", async () => {
+    const f32 = new BlobSink();
+    await convertFiles([fixtureFile("gguf/quant.gguf")], "safetensors", f32, "f32.safetensors");
+    const input = new File([f32.blob()], "f32.safetensors");
+    const sink = new BlobSink();
+    const done = await convertFiles([input], "gguf", sink, "q.gguf", { formatOptions: { quantize: ["Q8_0", "q4_k:Q4_K"] } });
+    const written = await inspectFiles([new File([sink.blob()], "q.gguf")]);
+    const blocks = written.tensors.reduce((sum, t) => sum + Number(t.stored!.split(" ")[1]), 0);
+    expect(written.tensors.map((t) => t.stored!.split(" ")[0])).toEqual(["Q8_0", "Q8_0", "Q4_K", "Q8_0"]);
+    expect(done.bytes).toBe(blocks);
+    expect(done.bytes).toBeLessThan(input.size / 3);
+  });
+
   it("plan the bytes a conversion writes: the selection kept, the casts applied", async () => {
     const info = await inspectFiles([fixtureFile("safetensors/mixed.safetensors")]);
     expect(plannedBytes(info, compileSettings({}))).toBe(860);
