@@ -139,7 +139,7 @@ describe("st-convert with GGUF files", () => {
     ok([gguf("quant.gguf"), join(dir, "f32.safetensors")]);
     const all = ok([join(dir, "f32.safetensors"), join(dir, "q8.gguf"), "--quantize", "Q8_0", "--quantize", "q4_k:Q4_K"]);
     expect(all.stderr).not.toContain("warning");
-    const report = JSON.parse(ok(["info", join(dir, "q8.gguf"), "--json"]).stdout) as { tensors: { name: string; stored: { type: string } }[] };
+    const report = JSON.parse(ok(["info", join(dir, "q8.gguf"), "--json"]).stdout) as { tensors: { name: string; stored: { type: string; bytes: number } }[] };
     expect(report.tensors.map((t) => [t.name, t.stored.type])).toEqual([
       ["q8_0", "Q8_0"],
       ["q4_0", "Q8_0"],
@@ -147,7 +147,7 @@ describe("st-convert with GGUF files", () => {
       ["q6_k_3d", "Q8_0"],
     ]);
     // The report gives the bytes written (the blocks), not the F32 values read.
-    const stored = (report.tensors as { stored: { bytes: number } }[]).reduce((sum, t) => sum + t.stored.bytes, 0);
+    const stored = report.tensors.reduce((sum, t) => sum + t.stored.bytes, 0);
     const converted = JSON.parse(
       ok([join(dir, "f32.safetensors"), join(dir, "q8.gguf"), "--quantize", "Q8_0", "--quantize", "q4_k:Q4_K", "--force", "--json"]).stdout,
     ) as {

@@ -34,6 +34,16 @@ function typeId(name: string): number | undefined {
 }
 
 /**
+ * For llama-quantize's names of a mix (`Q4_K_M`: its file types, which pick a type per tensor by its
+ * role in the model, mostly the base type and some tensors at another), what to type instead.
+ */
+function mixHint(typeName: string): string {
+  const mix = /^(Q\d_K)_(S|M|L)$/.exec(typeName);
+  if (mix === null || !(QUANTIZE_TYPES as readonly string[]).includes(mix[1]!)) return "";
+  return ` (${typeName} is llama-quantize's mix, mostly ${mix[1]}, some tensors at another type by their role; here each rule names one type: --quantize ${mix[1]}, and NAME_REGEX:TYPE rules for the tensors to keep at more bits, e.g. --quantize '^output\\.weight$|ffn_down\\.weight:Q6_K')`;
+}
+
+/**
  * Parses `--quantize` values: `TYPE` or `NAME_REGEX:TYPE` (split at the last colon).
  * @throws StConvertError `InvalidOption` for an unknown type or an invalid expression.
  */
@@ -43,7 +53,7 @@ export function parseQuantizeRules(values: readonly string[]): Rule[] {
     const typeName = (at < 0 ? text : text.slice(at + 1)).toUpperCase();
     const type = (QUANTIZE_TYPES as readonly string[]).includes(typeName) ? typeId(typeName) : undefined;
     if (type === undefined) {
-      throw new StConvertError("InvalidOption", `--quantize ${JSON.stringify(text)}: the type is not one of ${QUANTIZE_TYPES.join(", ")}`);
+      throw new StConvertError("InvalidOption", `--quantize ${JSON.stringify(text)}: the type is not one of ${QUANTIZE_TYPES.join(", ")}${mixHint(typeName)}`);
     }
     let pattern: RegExp | undefined;
     if (at >= 0) {
@@ -84,7 +94,8 @@ export function planQuantization(
   const plans = new Map<string, QuantizePlan>();
   if (values.length === 0) return plans;
   const rules = parseQuantizeRules(values);
-  const kept: string[] = [];
+  /** The tensors kept as they are under a bare TYPE, by why (one reason often holds for dozens: every norm). */
+  const kept = new Map<string, string[]>();
   const matched = new Set<Rule>();
   for (const entry of tensors) {
     let rule: Rule | undefined;
@@ -100,14 +111,19 @@ export function planQuantization(
       if (rule.pattern !== undefined) {
         throw new StConvertError("InvalidArgument", `--quantize ${rule.text} names it, but it cannot be quantized: ${why}`, { tensor: entry.name });
       }
-      kept.push(`${quoteName(entry.name)} (${why})`);
+      const names = kept.get(why);
+      if (names === undefined) kept.set(why, [quoteName(entry.name)]);
+      else names.push(quoteName(entry.name));
       continue;
     }
     const info = ggmlTypeInfo(rule.type)!;
     const elements = entry.shape.reduce((a, b) => a * b, 1);
     plans.set(entry.name, { type: rule.type, typeName: rule.typeName, byteLength: (elements / info.blockSize) * info.typeSize });
   }
-  if (kept.length > 0) onWarning?.(`kept as they are, not quantized: ${kept.join(", ")}`);
+  if (kept.size > 0) {
+    const groups = [...kept].map(([why, names]) => `${names.join(", ")} (${why})`);
+    onWarning?.(`kept as they are, not quantized: ${groups.join("; ")}`);
+  }
   // A rule that names nothing is most likely a mistyped name: said, not silently ignored.
   for (const rule of rules) {
     if (rule.pattern !== undefined && !matched.has(rule)) onWarning?.(`--quantize ${rule.text}: no tensor's name matches ${rule.pattern.source}`);

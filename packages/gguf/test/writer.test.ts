@@ -190,8 +190,25 @@ describe("--quantize", () => {
       ["ids", "I32"],
     ]);
     expect(warnings).toEqual([
-      'kept as they are, not quantized: "blk.0.b" (1 dimension (quantized tensors have 2 or more)), "odd" (rows of 48 are not whole Q8_0 blocks of 32), "ids" (I32 is not F32, F16 or BF16)',
+      'kept as they are, not quantized: "blk.0.b" (1 dimension (quantized tensors have 2 or more)); "odd" (rows of 48 are not whole Q8_0 blocks of 32); "ids" (I32 is not F32, F16 or BF16)',
     ]);
+  });
+
+  it("groups the tensors kept as they are by why, so a model's many norms are one reason and their names", async () => {
+    const warnings: string[] = [];
+    const source: TensorSource = { metadata: null, tensors: [f32("a.norm", [64]), f32("w", [2, 64]), f32("b.norm", [64]), f32("odd", [2, 48])] };
+    await write(source, ["Q8_0"], warnings);
+    expect(warnings).toEqual([
+      'kept as they are, not quantized: "a.norm", "b.norm" (1 dimension (quantized tensors have 2 or more)); "odd" (rows of 48 are not whole Q8_0 blocks of 32)',
+    ]);
+  });
+
+  it("answers llama-quantize's mix names (Q4_K_M) with the type and rules to type instead", async () => {
+    await expect(write(model(), ["Q4_K_M"])).rejects.toThrow(
+      /"Q4_K_M": the type is not one of .*\(Q4_K_M is llama-quantize's mix, mostly Q4_K, .*--quantize Q4_K, and NAME_REGEX:TYPE rules/,
+    );
+    // A name that is no mix of a type made here gets no such hint.
+    await expect(write(model(), ["IQ4_XS"])).rejects.toThrow(/the type is not one of [^(]*$/);
   });
 
   it("says which NAME_REGEX:TYPE rule matches no tensor, and tells each quantized tensor's stored bytes", async () => {
