@@ -1,9 +1,7 @@
 // `pnpm bench`: times st-convert's conversion paths against `cp` of the same file and against the
 // Python reference pipeline, in the same run, interleaved, and writes docs/benchmarks.md.
 //
-//   pnpm bench [--size 1GiB] [--runs 5] [--only SUBSTRING] [--big 8GiB] [--many 50000,500000] [--many-folders N,…]
-//              [--many-rows SUBSTRING] [--big-only] [--state fresh,aged] [--no-prime] [--out docs/benchmarks.md]
-//              [--results bench/results.json]
+// The options: USAGE below (`pnpm bench --help` prints it); what each does:
 //
 // `--big-only` runs only the big-input section (`--big SIZE`), for the rows `--only` picks.
 // Figures are kept in bench/results.json, row by row: a run replaces the rows it measured and

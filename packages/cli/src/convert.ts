@@ -169,8 +169,8 @@ export async function convertInto(
       const digesting = verifying?.digestingSource(tensors.selected);
       const observed = observe(digesting?.source ?? tensors.selected, options.signal, options.onProgress);
       // Tensors the writer stores in other bytes than it reads (GGUF's --quantize): the report gives what was written.
-      const { onStored, written: storedWritten } = storedBytes(observed.source.tensors);
-      const bytesWritten = () => storedWritten(observed.done());
+      const stored = storedBytes(observed.source.tensors);
+      const { onStored } = stored;
       /** The digest of what was written, after the output was read back and compared when asked. */
       const checked = async (files: readonly string[], written: string, format: TensorFormat | undefined): Promise<string | undefined> => {
         if (digesting === undefined || verifying === undefined) return undefined;
@@ -238,7 +238,13 @@ export async function convertInto(
           });
           for (const removed of written.removed) warnFor(written.output)(`removed ${removed}, a file of the replaced set that the new one does not name`);
           const digest = await checked(written.files, written.output, undefined);
-          return { ...result, output: written.output, files: written.files, bytes: bytesWritten(), ...(digest === undefined ? {} : { digest }) };
+          return {
+            ...result,
+            output: written.output,
+            files: written.files,
+            bytes: stored.written(observed.done()),
+            ...(digest === undefined ? {} : { digest }),
+          };
         } catch (error) {
           throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
         }
@@ -255,7 +261,7 @@ export async function convertInto(
             });
             options.signal?.throwIfAborted();
           });
-          return { ...result, files, bytes: bytesWritten() };
+          return { ...result, files, bytes: stored.written(observed.done()) };
         } catch (error) {
           throw withContext(abortError(error, options.signal), { file: observed.reading() ? inputName : outputName });
         }
@@ -288,7 +294,7 @@ export async function convertInto(
           : digesting === undefined
             ? undefined
             : verifying?.checkpointDigest(digesting.digests());
-      return { ...result, bytes: bytesWritten(), ...(digest === undefined ? {} : { digest }) };
+      return { ...result, bytes: stored.written(observed.done()), ...(digest === undefined ? {} : { digest }) };
     },
     { ...options.remote, signal: options.signal },
   );
